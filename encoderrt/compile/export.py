@@ -1,0 +1,88 @@
+"""PyTorch -> ONNX with pooling or the classifier head inside the graph.
+
+Export uses eager attention and the TorchScript exporter: onnxruntime's attention fusion
+recognises that graph, while SDPA exports (and dynamo's decomposition) stay unfused.
+The example batch carries padding so that the traced graph keeps the attention-mask path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from encoderrt.compile.errors import InputError
+from encoderrt.compile.source import SourceModel
+
+OPSET = 17
+
+
+def load_torch_model(source: SourceModel) -> torch.nn.Module:
+    """The PyTorch module whose outputs the engine must reproduce (pooled embedding or logits)."""
+    from safetensors import SafetensorError
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    loader = AutoModel if source.task == "embed" else AutoModelForSequenceClassification
+    try:
+        model = loader.from_pretrained(source.weights_folder, attn_implementation="eager", dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+        raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
+    model.eval()
+    if source.task == "embed":
+        return PooledEncoder(model, source.pooling).eval()
+    return ClassifierLogits(model).eval()
+
+
+class PooledEncoder(torch.nn.Module):
+    def __init__(self, encoder: torch.nn.Module, pooling: str):
+        super().__init__()
+        self.encoder = encoder
+        self.pooling = pooling
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+class ClassifierLogits(torch.nn.Module):
+    def __init__(self, classifier: torch.nn.Module):
+        super().__init__()
+        self.classifier = classifier
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        return self.classifier(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+
+def output_name(source: SourceModel) -> str:
+    return "embeddings" if source.task == "embed" else "logits"
+
+
+def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
+    names = list(source.architecture.input_names)
+    input_ids = torch.full((2, 8), 5, dtype=torch.long)
+    attention_mask = torch.ones((2, 8), dtype=torch.long)
+    attention_mask[1, 5:] = 0
+    pad = int(source.config.get("pad_token_id") or 0)
+    input_ids[1, 5:] = pad
+    example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
+    dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    dynamic_axes[output_name(source)] = {0: "batch"}
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            tuple(example[name] for name in names),
+            str(path),
+            input_names=names,
+            output_names=[output_name(source)],
+            dynamic_axes=dynamic_axes,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )

@@ -1,0 +1,51 @@
+"""Graph fusion with onnxruntime's transformer optimizer, and the check that it really fused.
+
+An encoder layer that keeps its attention as MatMul/Softmax chains runs several times slower
+and nothing else notices, so compile counts the fused ops and refuses a partly fused graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from encoderrt.compile.errors import FusionError
+from encoderrt.compile.source import SourceModel
+
+ATTENTION_OPS = ("Attention", "MultiHeadAttention")
+GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu")
+LAYER_NORM_OPS = ("SkipLayerNormalization", "LayerNormalization", "EmbedLayerNormalization")
+
+
+def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]:
+    """Fuse attention, LayerNorm and GELU chains; returns the count of each fused op."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    model = optimize_model(
+        str(exported),
+        model_type=source.architecture.fusion_model_type,
+        num_heads=source.num_heads,
+        hidden_size=source.hidden_size,
+        opt_level=0,
+    )
+    counts = {op: n for op, n in model.get_fused_operator_statistics().items() if n}
+    check_fusion(counts, source.num_layers)
+    model.save_model_to_file(str(optimized))
+    return counts
+
+
+def check_fusion(counts: dict[str, int], num_layers: int) -> None:
+    attention = sum(counts.get(op, 0) for op in ATTENTION_OPS)
+    gelu = sum(counts.get(op, 0) for op in GELU_OPS)
+    skip_layer_norm = counts.get("SkipLayerNormalization", 0)
+    problems = []
+    if attention != num_layers:
+        problems.append(f"{attention} fused attention ops for {num_layers} layers")
+    if gelu != num_layers:
+        problems.append(f"{gelu} fused GELU ops for {num_layers} layers")
+    # each layer has two residual LayerNorms; the last one may stay plain if its Add feeds pooling
+    if skip_layer_norm < 2 * num_layers - 1:
+        problems.append(f"{skip_layer_norm} fused residual LayerNorms for {num_layers} layers (expected {2 * num_layers})")
+    if problems:
+        raise FusionError("graph optimisation left layers unfused: " + "; ".join(problems) + f" (fused ops: {counts})")

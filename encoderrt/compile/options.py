@@ -1,0 +1,20 @@
+"""What the user asked `compile-model` for; `None` and "auto" mean: read it from the model folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    model_dir: Path
+    output_dir: Path
+    task: Literal["auto", "embed", "score", "classify"] = "auto"
+    precision: Literal["fp32", "int8"] = "fp32"
+    max_length: int | None = None
+    pooling: Literal["auto", "cls", "mean"] = "auto"
+    normalize: bool | None = None
+    force: bool = False
+    quiet: bool = False

@@ -1,0 +1,190 @@
+"""Parity of the compiled engine against the PyTorch reference on a built-in probe set.
+
+The reference is what users compare against: sentence-transformers where the folder is one of
+its models, transformers otherwise. The engine side runs from the artifact folder itself (its
+tokenizer files, its graph, the runtime's backend), so the check covers everything that ships.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from encoderrt.compile.source import SourceModel
+from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+
+_PASSAGE = (
+    "The Amazon rainforest covers much of the Amazon basin of South America. The basin spans seven million "
+    "square kilometres, of which five and a half million are covered by the rainforest. The region includes "
+    "territory belonging to nine nations and thousands of indigenous territories, and it represents over half "
+    "of the planet's remaining rainforests."
+)
+_SHORT_TEXTS = (
+    "a",
+    "hello",
+    "what is the capital of france?",
+    "how do I reset my password",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Привет, как дела? Всё хорошо.",
+    "café naïve résumé 🙂 — «quotes» and emoji 🚀",
+    "مرحبا بالعالم",
+)
+_QUERIES = ("where is the amazon rainforest", "Wie groß ist der Regenwald?", "x", "rainforest nations")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    min_cosine: float | None = None
+    mean_cosine: float | None = None
+    max_abs_logit_diff: float | None = None
+    min_spearman: float | None = None
+
+
+TOLERANCES: dict[tuple[str, str], Tolerance] = {
+    ("embed", "fp32"): Tolerance(min_cosine=0.99999),
+    ("embed", "int8"): Tolerance(min_cosine=0.97, mean_cosine=0.99),
+    ("logits", "fp32"): Tolerance(max_abs_logit_diff=1e-3),
+    ("logits", "int8"): Tolerance(min_spearman=0.98),
+}
+
+
+def _words_to_length(tokenizer: TextTokenizer, tokens: int) -> str:
+    """The shortest repetition of the passage with at least `tokens` tokens (special tokens counted)."""
+    words = _PASSAGE.split()
+    count = 1
+    while True:
+        text = " ".join(words[i % len(words)] for i in range(count))
+        if tokenizer.count_tokens([text])[0] >= tokens:
+            return text
+        count += max(1, (tokens - tokenizer.count_tokens([text])[0]) // 2)
+
+
+def probe_texts(tokenizer: TextTokenizer) -> list[str]:
+    """Lengths from one token to the limit and past it, non-ASCII scripts, emoji."""
+    limit = tokenizer.max_length
+    lengths = sorted({min(n, limit) for n in (16, 48, limit // 2, limit - 1)} | {limit})
+    return [*_SHORT_TEXTS, _PASSAGE, *(_words_to_length(tokenizer, n) for n in lengths), _words_to_length(tokenizer, limit * 3)]
+
+
+def probe_pairs(tokenizer: TextTokenizer) -> tuple[list[str], list[str]]:
+    """(query, document) pairs, including documents that must be truncated behind a short query."""
+    documents = [_PASSAGE, _SHORT_TEXTS[4], _SHORT_TEXTS[5], _words_to_length(tokenizer, tokenizer.max_length * 2), "a"]
+    firsts, seconds = [], []
+    for query in _QUERIES:
+        for document in documents:
+            firsts.append(query)
+            seconds.append(document)
+    return firsts, seconds
+
+
+def reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, str]:
+    """Outputs of the PyTorch reference, and its name for the report."""
+    import torch
+
+    warnings.filterwarnings("ignore", module="sentence_transformers")
+    folder = str(source.folder)
+    if source.task == "embed" and source.kind == "sentence-transformers" and source.pooling == source.folder_pooling:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(folder, device="cpu", local_files_only=True)
+        model.max_seq_length = source.max_length
+        return model.encode(texts, batch_size=8, convert_to_numpy=True), "sentence-transformers SentenceTransformer.encode"
+    if source.task == "score":
+        from sentence_transformers import CrossEncoder
+
+        model = CrossEncoder(folder, device="cpu", max_length=source.max_length, local_files_only=True)
+        logits = model.predict(list(zip(*pairs)), batch_size=8, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+        return np.asarray(logits, dtype=np.float32).reshape(len(pairs[0]), -1), "sentence-transformers CrossEncoder.predict"
+    return _transformers_reference(source, texts), "transformers"
+
+
+def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray:
+    import torch
+    from transformers import AutoTokenizer
+
+    from encoderrt.compile.export import load_torch_model
+
+    tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
+    module = load_torch_model(source)
+    names = source.architecture.input_names
+    outputs = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), 8):
+            batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length, return_tensors="pt")
+            outputs.append(module(**{name: batch[name] for name in names if name in batch}).numpy())
+    return np.concatenate(outputs).astype(np.float32)
+
+
+def engine_outputs(manifest: Manifest, artifact_dir: Path, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs of the compiled artifact, batched with padding and row by row; both must match."""
+    tokenizer = TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    backend = load_backend(manifest, artifact_dir)
+    encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
+    batched = backend.run(tokenizer.pad(encodings))
+    single = np.concatenate([backend.run(tokenizer.pad([e])) for e in encodings])
+    return batched.astype(np.float32), single.astype(np.float32)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+
+    def ranks(x: np.ndarray) -> np.ndarray:
+        order = np.argsort(x, kind="mergesort")
+        ranked = np.empty(len(x))
+        ranked[order] = np.arange(len(x), dtype=float)
+        for value in np.unique(x):  # average the ranks of ties
+            tied = x == value
+            ranked[tied] = ranked[tied].mean()
+        return ranked
+
+    ra, rb = ranks(np.ravel(a)), ranks(np.ravel(b))
+    if ra.std() == 0 or rb.std() == 0:
+        return 1.0 if np.array_equal(ra, rb) else 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def compare(task: str, precision: str, reference: np.ndarray, candidates: list[np.ndarray]) -> tuple[dict[str, Any], list[str]]:
+    """Parity figures (worst over the candidate runs) and the list of tolerances broken."""
+    kind = "embed" if task == "embed" else "logits"
+    tolerance = TOLERANCES[(kind, precision)]
+    figures: dict[str, Any] = {"probes": int(reference.shape[0])}
+    if kind == "embed":
+        cosines = [_cosines(reference, c) for c in candidates]
+        figures["min_cosine"] = float(min(c.min() for c in cosines))
+        figures["mean_cosine"] = float(min(c.mean() for c in cosines))
+    else:
+        figures["max_abs_logit_diff"] = float(max(np.abs(reference - c).max() for c in candidates))
+        figures["spearman"] = float(min(spearman(reference, c) for c in candidates))
+    failures = []
+    if tolerance.min_cosine is not None and figures["min_cosine"] < tolerance.min_cosine:
+        failures.append(f"min cosine {figures['min_cosine']:.6f} < {tolerance.min_cosine}")
+    if tolerance.mean_cosine is not None and figures["mean_cosine"] < tolerance.mean_cosine:
+        failures.append(f"mean cosine {figures['mean_cosine']:.6f} < {tolerance.mean_cosine}")
+    if tolerance.max_abs_logit_diff is not None and figures["max_abs_logit_diff"] > tolerance.max_abs_logit_diff:
+        failures.append(f"max |logit difference| {figures['max_abs_logit_diff']:.2e} > {tolerance.max_abs_logit_diff}")
+    if tolerance.min_spearman is not None and figures["spearman"] < tolerance.min_spearman:
+        failures.append(f"Spearman {figures['spearman']:.4f} < {tolerance.min_spearman}")
+    figures["tolerance"] = {k: v for k, v in vars(tolerance).items() if v is not None}
+    return figures, failures
+
+
+def check_parity(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    tokenizer = TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    texts = probe_texts(tokenizer)
+    pairs = probe_pairs(tokenizer)
+    reference, reference_name = reference_outputs(source, texts, pairs)
+    batched, single = engine_outputs(manifest, artifact_dir, texts, pairs)
+    figures, failures = compare(manifest.task, manifest.precision, reference.reshape(batched.shape), [batched, single])
+    figures["reference"] = reference_name
+    return figures, failures

@@ -1,0 +1,122 @@
+"""export -> fuse -> quantise -> verify -> artifact, as one call."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from importlib import metadata
+from pathlib import Path
+
+from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
+from encoderrt.compile.errors import CompileError, InputError, ParityError
+from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.progress import StepReporter
+from encoderrt.compile.source import SourceModel, inspect_source
+from encoderrt.runtime.manifest import Manifest, ModelShape
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE
+
+MODEL_FILE = "model.onnx"
+_RECORDED_PACKAGES = ("encoderrt", "torch", "transformers", "sentence-transformers", "onnx", "onnxruntime", "tokenizers")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    path: Path
+    manifest: Manifest
+    timings: dict[str, float]
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in _RECORDED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _save_tokenizer(source: SourceModel, folder: Path) -> int:
+    """Copy the tokenizer as a fast-tokenizer file set; returns the pad token id."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load the tokenizer from {source.weights_folder}: {exc}") from None
+    if not tokenizer.is_fast:
+        raise InputError(f"the tokenizer in {source.weights_folder} has no fast (tokenizers) version")
+    tokenizer.save_pretrained(folder)
+    if not (folder / TOKENIZER_FILE).is_file():
+        raise InputError(f"the tokenizer in {source.weights_folder} could not be saved as {TOKENIZER_FILE}")
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else source.config.get("pad_token_id") or 0)
+
+
+def _manifest(source: SourceModel, options: CompileOptions, pad_token_id: int, fused_ops: dict[str, int]) -> Manifest:
+    config = source.config
+    return Manifest(
+        task=source.task,
+        architecture=source.architecture.name,
+        model_type=str(config["model_type"]),
+        max_length=source.max_length,
+        pad_token_id=pad_token_id,
+        inputs=source.architecture.input_names,
+        outputs=("embeddings" if source.task == "embed" else "logits",),
+        precision=options.precision,
+        target="cpu",
+        model_file=MODEL_FILE,
+        shape=ModelShape(
+            hidden_size=source.hidden_size,
+            num_layers=source.num_layers,
+            num_heads=source.num_heads,
+            intermediate_size=int(config.get("intermediate_size", 4 * source.hidden_size)),
+            vocab_size=int(config["vocab_size"]),
+            output_dim=source.hidden_size if source.task == "embed" else len(source.labels),
+        ),
+        pooling=source.pooling,
+        normalize=source.normalize,
+        activation=source.activation,
+        labels=source.labels,
+        source={"path": str(source.folder.absolute()), "kind": source.kind, "name": config.get("_name_or_path", source.folder.name)},
+        fused_ops=fused_ops,
+        versions=_versions(),
+    )
+
+
+def compile_model(options: CompileOptions, reporter: StepReporter | None = None) -> CompileResult:
+    reporter = reporter or StepReporter(quiet=options.quiet)
+    source = inspect_source(options)
+    check_output_dir(options.output_dir, options.force)
+    for note in source.notes:
+        reporter.note(note)
+
+    try:
+        from encoderrt.compile.export import export_onnx, load_torch_model
+        from encoderrt.compile.optimize import fuse
+        from encoderrt.compile.parity import check_parity
+        from encoderrt.compile.quantize import quantize_int8
+    except ImportError as exc:
+        raise CompileError(f"compiling needs the compile extra ({exc.name} is missing): pip install 'encoderrt[compile]'") from None
+
+    with tempfile.TemporaryDirectory(prefix="encoderrt-compile-") as work, ArtifactWriter(options.output_dir, options.force) as writer:
+        assert writer.staging is not None
+        exported, optimized, final = Path(work) / "exported.onnx", Path(work) / "optimized.onnx", writer.staging / MODEL_FILE
+        with reporter.step("export", f"{source.architecture.name} {source.task} from {source.kind} folder"):
+            export_onnx(source, load_torch_model(source), exported)
+        with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
+            fused_ops = fuse(source, exported, optimized)
+        if options.precision == "int8":
+            with reporter.step("quantise", "dynamic int8, per channel"):
+                quantize_int8(optimized, final)
+        else:
+            shutil.copyfile(optimized, final)
+        pad_token_id = _save_tokenizer(source, writer.staging)
+        manifest = _manifest(source, options, pad_token_id, fused_ops)
+        with reporter.step("verify", f"parity against PyTorch ({options.precision})"):
+            figures, failures = check_parity(source, manifest, writer.staging)
+        if failures:
+            raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
+        manifest = writer.commit(replace(manifest, parity=figures))
+    return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)

@@ -1,0 +1,246 @@
+"""Read a model folder (Hugging Face checkpoint or sentence-transformers folder) into typed facts.
+
+Everything compile decides about a model comes from its folder, never from a hub: the task from
+the head and sentence-transformers' files, pooling and normalisation from the module list,
+the score activation by sentence-transformers' rule, the length from its configs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from encoderrt.compile.errors import InputError
+from encoderrt.compile.options import CompileOptions
+from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
+from encoderrt.runtime.manifest import Activation, Pooling, Task
+
+SourceKind = Literal["sentence-transformers", "cross-encoder", "transformers"]
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+_SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+# sentence-transformers names activations by their torch class path.
+_ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax"}
+# tokenizers without a limit report model_max_length as a huge sentinel.
+_NO_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    folder: Path
+    weights_folder: Path
+    """The folder holding config.json and the weights (a sentence-transformers module path)."""
+    kind: SourceKind
+    config: dict[str, Any]
+    architecture: Architecture
+    task: Task
+    max_length: int
+    pooling: Pooling | None
+    normalize: bool
+    activation: Activation
+    labels: tuple[str, ...]
+    folder_pooling: Pooling | None = None
+    """The pooling the sentence-transformers folder declares; parity uses it as reference when unchanged."""
+    notes: tuple[str, ...] = field(default=())
+    """Decisions the user should hear about (defaults taken for lack of configuration)."""
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.config["num_attention_heads"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config["hidden_size"])
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+def _read_optional_json(path: Path) -> dict[str, Any]:
+    data = _read_json(path) if path.is_file() else {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass(frozen=True)
+class _Modules:
+    transformer_path: str = ""
+    pooling_path: str | None = None
+    normalize: bool = False
+
+
+def _read_modules(folder: Path) -> _Modules | None:
+    path = folder / "modules.json"
+    if not path.is_file():
+        return None
+    entries = _read_json(path)
+    if not isinstance(entries, list):
+        raise InputError(f"{path} is not a list of modules")
+    transformer_path, pooling_path, normalize = None, None, False
+    for entry in entries:
+        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+        if kind == "Transformer":
+            transformer_path = entry.get("path", "")
+        elif kind == "Pooling":
+            pooling_path = entry.get("path")
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise InputError(
+                f"sentence-transformers module '{kind}' in {path} is not supported; "
+                f"encoderrt compiles {', '.join(_SUPPORTED_MODULES)}"
+            )
+    if transformer_path is None:
+        raise InputError(f"{path} lists no Transformer module")
+    return _Modules(transformer_path, pooling_path, normalize)
+
+
+def _pooling_from_config(path: Path) -> Pooling:
+    config = _read_json(path / "config.json")
+    mode = config.get("pooling_mode")
+    if mode is None:  # sentence-transformers < 5 writes one flag per mode
+        flags = [k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+                 for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+        mode = flags[0] if len(flags) == 1 else "+".join(flags) or "none"
+    if mode not in ("cls", "mean"):
+        raise InputError(f"pooling mode '{mode}' in {path} is not supported; encoderrt supports cls and mean")
+    return mode
+
+
+def _check_weights(folder: Path) -> None:
+    present = [name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not present:
+        raise InputError(f"no weights in {folder}: expected one of {', '.join(WEIGHT_FILES)}")
+    if present[0] == "model.safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(folder / "model.safetensors", framework="np") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"corrupt weights in {folder / 'model.safetensors'}: {exc}") from None
+
+
+def _activation(folder: Path, config: dict[str, Any], num_labels: int, task: Task) -> Activation:
+    if task == "classify":
+        return "softmax"
+    st_config = _read_optional_json(folder / "config_sentence_transformers.json")
+    declared = (
+        st_config.get("activation_fn")
+        or (config.get("sentence_transformers") or {}).get("activation_fn")
+        or config.get("sbert_ce_default_activation_function")
+    )
+    if declared:
+        name = str(declared).rsplit(".", 1)[-1]
+        if name not in _ACTIVATIONS:
+            raise InputError(f"score activation '{declared}' is not supported; encoderrt supports {', '.join(_ACTIVATIONS)}")
+        return _ACTIVATIONS[name]
+    return "sigmoid" if num_labels == 1 else "identity"
+
+
+def _max_length(options: CompileOptions, weights_folder: Path, architecture: Architecture, config: dict[str, Any]) -> int:
+    limit = architecture.max_positions(config)
+    if options.max_length is not None:
+        if not 2 <= options.max_length <= limit:
+            raise InputError(f"--max-length {options.max_length} is outside 2..{limit}, the model's position table")
+        return options.max_length
+    declared = _read_optional_json(weights_folder / "sentence_bert_config.json").get("max_seq_length")
+    if declared is None:
+        declared = _read_optional_json(weights_folder / "tokenizer_config.json").get("model_max_length")
+    if isinstance(declared, int) and 2 <= declared < _NO_LIMIT:
+        return min(declared, limit)
+    return limit
+
+
+def inspect_source(options: CompileOptions) -> SourceModel:
+    folder = Path(options.model_dir)
+    if not folder.exists():
+        raise InputError(f"model folder not found: {folder}")
+    if not folder.is_dir():
+        raise InputError(f"model path is not a folder: {folder}")
+    notes: list[str] = []
+    modules = _read_modules(folder)
+    st_config = _read_optional_json(folder / "config_sentence_transformers.json")
+    if modules is None:
+        kind: SourceKind = "transformers"
+    elif st_config.get("model_type") == "CrossEncoder":
+        kind = "cross-encoder"
+    else:
+        kind = "sentence-transformers"
+    weights_folder = folder / modules.transformer_path if modules else folder
+    config_path = weights_folder / "config.json"
+    if not config_path.is_file():
+        raise InputError(f"no config.json in {weights_folder}: not a Hugging Face checkpoint folder")
+    config = _read_json(config_path)
+    if not isinstance(config, dict):
+        raise InputError(f"{config_path} does not hold a JSON object")
+    try:
+        architecture = find_architecture(str(config.get("model_type", "<none>")))
+    except UnsupportedArchitecture as exc:
+        raise InputError(str(exc)) from None
+    _check_weights(weights_folder)
+
+    head = [a for a in config.get("architectures") or [] if a.endswith("ForSequenceClassification")]
+    id2label = config.get("id2label") or {}
+    num_labels = len(id2label) or int(config.get("num_labels", 2))
+    task: Task
+    if options.task == "auto":
+        if head or kind == "cross-encoder":
+            task = "score" if num_labels == 1 else "classify"
+        else:
+            task = "embed"
+    else:
+        task = options.task
+        if task in ("score", "classify") and not head:
+            described = ", ".join(config.get("architectures") or ["a bare encoder"])
+            raise InputError(f"--task {task} needs a *ForSequenceClassification checkpoint; {folder} is {described}")
+        if task == "score" and num_labels != 1:
+            raise InputError(f"--task score needs a one-label cross-encoder; this model has {num_labels} labels (use --task classify)")
+
+    pooling: Pooling | None = None
+    folder_pooling: Pooling | None = None
+    normalize = False
+    if task == "embed":
+        if modules and modules.pooling_path:
+            folder_pooling = _pooling_from_config(folder / modules.pooling_path)
+        if options.pooling != "auto":
+            pooling = options.pooling
+        elif folder_pooling:
+            pooling = folder_pooling
+        else:
+            pooling = "mean"
+            notes.append("no pooling configuration in the folder: using mean pooling (override with --pooling)")
+        normalize = modules.normalize if modules else False
+        if options.normalize is not None:
+            normalize = options.normalize
+    else:
+        if options.pooling != "auto":
+            raise InputError(f"--pooling applies to embedding models; this is a {task} model")
+        if options.normalize is not None:
+            raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
+
+    labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
+    return SourceModel(
+        folder=folder,
+        weights_folder=weights_folder,
+        kind=kind,
+        config=config,
+        architecture=architecture,
+        task=task,
+        max_length=_max_length(options, weights_folder, architecture, config),
+        pooling=pooling,
+        normalize=normalize,
+        activation=_activation(folder, config, num_labels, task) if task != "embed" else "identity",
+        labels=labels if task != "embed" else (),
+        folder_pooling=folder_pooling,
+        notes=tuple(notes),
+    )

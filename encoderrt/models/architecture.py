@@ -1,0 +1,37 @@
+"""What encoderrt needs to know about one transformer family.
+
+An `Architecture` holds the facts that differ between BERT-like families and nothing else:
+which inputs the graph takes, where position ids start, and how long a sequence may be.
+Everything else (export, fusion, batching) is shared and reads these facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    model_types: tuple[str, ...]
+    """Values of config.json's `model_type` that this family covers."""
+    uses_token_type_ids: bool
+    """BERT cross-encoders put the second text of a pair in segment 1; dropping the ids changes scores."""
+    position_offset_from_padding: bool
+    """RoBERTa counts positions from padding_idx + 1, which costs padding_idx + 1 slots of the table."""
+    fusion_model_type: str = "bert"
+    """onnxruntime.transformers optimizer family whose fusion patterns fit this graph."""
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        if self.uses_token_type_ids:
+            return ("input_ids", "attention_mask", "token_type_ids")
+        return ("input_ids", "attention_mask")
+
+    def max_positions(self, config: Mapping[str, Any]) -> int:
+        """The longest sequence (special tokens included) the position table can address."""
+        table = int(config.get("max_position_embeddings", 512))
+        if self.position_offset_from_padding:
+            return table - int(config.get("pad_token_id", 1)) - 1
+        return table

@@ -1,0 +1,40 @@
+"""Backends, one module per target; the manifest's `target` picks one.
+
+A module here that defines `TARGET` and `create(manifest, artifact_dir, options)` is found by
+`load_backend`, so adding a backend means adding one file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from encoderrt.runtime.backends.base import Backend, BackendOptions, BackendUnavailable
+from encoderrt.runtime.manifest import Manifest
+
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "load_backend"]
+
+
+@cache
+def _targets() -> dict[str, ModuleType]:
+    found: dict[str, ModuleType] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name == "base":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        target = getattr(module, "TARGET", None)
+        if isinstance(target, str):
+            found[target] = module
+    return found
+
+
+def load_backend(manifest: Manifest, artifact_dir: str | Path, options: BackendOptions | None = None) -> Backend:
+    module = _targets().get(manifest.target)
+    if module is None:
+        raise BackendUnavailable(
+            f"artifact target '{manifest.target}' has no backend here; available: {', '.join(sorted(_targets()))}"
+        )
+    return module.create(manifest, Path(artifact_dir), options or BackendOptions())

@@ -1,0 +1,32 @@
+"""The one interface every backend implements: padded numpy feeds in, one output array out."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class BackendUnavailable(RuntimeError):
+    """The artifact's target needs a package or device that this machine lacks."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    intra_op_threads: int = 0
+    """0 means one thread per core the process may use."""
+
+    def resolved_threads(self) -> int:
+        if self.intra_op_threads > 0:
+            return self.intra_op_threads
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class Backend(Protocol):
+    input_names: tuple[str, ...]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """Run one padded batch; returns the graph's single output ([rows, dim])."""
+        ...

@@ -1,0 +1,142 @@
+"""The artifact's manifest: the one contract between compile (writer) and runtime (reader).
+
+Only this module parses manifest.json. The schema is versioned; a reader refuses versions it
+does not know instead of guessing, and checks every file's sha256 so that a truncated copy or
+a hand-edited graph is caught at load rather than as wrong numbers later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+Task = Literal["embed", "score", "classify"]
+Pooling = Literal["cls", "mean"]
+Activation = Literal["sigmoid", "softmax", "identity"]
+Precision = Literal["fp32", "int8", "fp16", "bf16"]
+
+TASKS: tuple[str, ...] = ("embed", "score", "classify")
+POOLINGS: tuple[str, ...] = ("cls", "mean")
+ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity")
+
+
+class ManifestError(ValueError):
+    """The artifact folder is missing, unreadable, of an unknown schema, or altered."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Sizes the runtime and the benchmarks need (FLOPs per token, output width)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    vocab_size: int
+    output_dim: int
+    """Embedding width for embed, number of labels for score/classify."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    task: Task
+    architecture: str
+    model_type: str
+    max_length: int
+    pad_token_id: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    precision: Precision
+    target: str
+    """Which backend serves this artifact: "cpu" (onnxruntime); other targets add their files."""
+    model_file: str
+    shape: ModelShape
+    pooling: Pooling | None = None
+    normalize: bool = False
+    activation: Activation = "identity"
+    """Score/classify activation applied by the runtime; the graph always returns raw logits."""
+    labels: tuple[str, ...] = ()
+    source: dict[str, Any] = field(default_factory=dict)
+    fused_ops: dict[str, int] = field(default_factory=dict)
+    parity: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """sha256 of every file in the artifact other than the manifest itself."""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Manifest":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ManifestError(
+                f"manifest schema_version {version!r} is not supported by this encoderrt "
+                f"(it reads version {SCHEMA_VERSION}); recompile the model"
+            )
+        known = {f.name for f in fields(cls)}
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ManifestError(f"manifest is missing fields: {', '.join(missing)}")
+        values = {k: v for k, v in data.items() if k in known}
+        try:
+            values["shape"] = ModelShape(**values["shape"])
+            values["inputs"] = tuple(values["inputs"])
+            values["outputs"] = tuple(values["outputs"])
+            values["labels"] = tuple(values.get("labels", ()))
+            manifest = cls(**values)
+        except (TypeError, KeyError) as exc:
+            raise ManifestError(f"manifest is malformed: {exc}") from None
+        manifest._validate()
+        return manifest
+
+    def _validate(self) -> None:
+        if self.task not in TASKS:
+            raise ManifestError(f"manifest task {self.task!r} is not one of {TASKS}")
+        if self.task == "embed" and self.pooling not in POOLINGS:
+            raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
+        if self.activation not in ACTIVATIONS:
+            raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
+        if self.max_length < 2:
+            raise ManifestError(f"manifest max_length {self.max_length} is too small")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(artifact_dir: str | Path, verify_files: bool = True) -> Manifest:
+    """Read and check an artifact's manifest; every problem is a ManifestError naming it."""
+    folder = Path(artifact_dir)
+    path = folder / MANIFEST_NAME
+    if not folder.is_dir():
+        raise ManifestError(f"artifact folder not found: {folder}")
+    if not path.is_file():
+        raise ManifestError(f"{folder} is not an encoderrt artifact: it has no {MANIFEST_NAME}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path} does not hold a JSON object")
+    manifest = Manifest.from_dict(data)
+    if verify_files:
+        for name, expected in manifest.files.items():
+            file = folder / name
+            if not file.is_file():
+                raise ManifestError(f"artifact file {name} is missing from {folder}")
+            if sha256_file(file) != expected:
+                raise ManifestError(f"artifact file {name} does not match its sha256 in the manifest")
+    return manifest

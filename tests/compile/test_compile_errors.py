@@ -1,0 +1,153 @@
+"""Bad input: one clear line, the right exit code, and nothing written."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from encoderrt.cli import compile_model_main
+from encoderrt.compile import CompileOptions, FusionError, ParityError, compile_model
+from encoderrt.compile.optimize import check_fusion
+
+
+def _compile_cli(capsys, *argv):
+    code = compile_model_main([str(a) for a in argv] + ["--quiet"])
+    return code, capsys.readouterr().err
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_missing_folder(tmp_path, capsys):
+    code, err = _compile_cli(capsys, tmp_path / "nope", "--output", tmp_path / "out")
+    assert code == 2 and "model folder not found" in err and "nope" in err
+    assert _leftovers(tmp_path) == []
+
+
+def test_folder_without_config(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    code, err = _compile_cli(capsys, tmp_path / "model", "--output", tmp_path / "out")
+    assert code == 2 and "no config.json" in err
+    assert _leftovers(tmp_path) == ["model"]
+
+
+def test_unknown_architecture(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    code, err = _compile_cli(capsys, tmp_path / "model", "--output", tmp_path / "out")
+    assert code == 2 and "unsupported architecture" in err and "gpt2" in err
+    assert "bert" in err and "roberta" in err and "xlm-roberta" in err  # names what is supported
+    assert "Traceback" not in err
+
+
+def test_missing_weights(tiny_models, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_models["bert-cross-encoder"], model)
+    (model / "model.safetensors").unlink()
+    code, err = _compile_cli(capsys, model, "--output", tmp_path / "out")
+    assert code == 2 and "no weights" in err and "model.safetensors" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_weights(tiny_models, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_models["bert-cross-encoder"], model)
+    (model / "model.safetensors").write_bytes(b"\x00\x01 definitely not safetensors")
+    code, err = _compile_cli(capsys, model, "--output", tmp_path / "out")
+    assert code == 2 and "corrupt weights" in err
+    assert _leftovers(tmp_path) == ["model"]
+
+
+def test_truncated_weights(tiny_models, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_models["bert-cross-encoder"], model)
+    data = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+    code, err = _compile_cli(capsys, model, "--output", tmp_path / "out")
+    assert code == 2 and "weights" in err and "Traceback" not in err
+    assert _leftovers(tmp_path) == ["model"]
+
+
+def test_non_empty_output_needs_force(tiny_models, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    code, err = _compile_cli(capsys, tiny_models["bert-classifier"], "--output", out)
+    assert code == 2 and "exists and is not empty" in err and "--force" in err
+    assert (out / "keep.txt").read_text() == "user data"
+    code, err = _compile_cli(capsys, tiny_models["bert-classifier"], "--output", out, "--force")
+    assert code == 0, err
+    assert (out / "manifest.json").is_file() and not (out / "keep.txt").exists()
+    assert _leftovers(tmp_path) == ["out"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--task", "score"], "needs a *ForSequenceClassification checkpoint"),
+        (["--max-length", "4096"], "outside 2..64"),
+    ],
+)
+def test_flags_that_do_not_fit_the_model(tiny_models, tmp_path, capsys, argv, message):
+    code, err = _compile_cli(capsys, tiny_models["xlm-roberta-encoder"], "--output", tmp_path / "out", *argv)
+    assert code == 2 and message in err
+
+
+def test_score_needs_one_label(tiny_models, tmp_path, capsys):
+    code, err = _compile_cli(capsys, tiny_models["bert-classifier"], "--output", tmp_path / "out", "--task", "score")
+    assert code == 2 and "3 labels" in err and "--task classify" in err
+
+
+def test_pooling_flag_on_a_cross_encoder(tiny_models, tmp_path, capsys):
+    code, err = _compile_cli(capsys, tiny_models["bert-cross-encoder"], "--output", tmp_path / "out", "--pooling", "cls")
+    assert code == 2 and "--pooling applies to embedding models" in err
+
+
+def test_parity_failure_exits_1_and_writes_nothing(tiny_models, tmp_path, monkeypatch, capsys):
+    from encoderrt.compile import parity
+
+    impossible = parity.Tolerance(max_abs_logit_diff=-1.0)
+    monkeypatch.setitem(parity.TOLERANCES, ("logits", "fp32"), impossible)
+    code, err = _compile_cli(capsys, tiny_models["bert-cross-encoder"], "--output", tmp_path / "out")
+    assert code == 1 and "parity check failed" in err and "max |logit difference|" in err
+    assert _leftovers(tmp_path) == []
+    with pytest.raises(ParityError):
+        compile_model(CompileOptions(model_dir=tiny_models["bert-cross-encoder"], output_dir=tmp_path / "out", quiet=True))
+
+
+def test_interrupted_compile_leaves_nothing(tiny_models, tmp_path, monkeypatch):
+    from encoderrt.compile import parity
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parity, "check_parity", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        compile_model(CompileOptions(model_dir=tiny_models["bert-cross-encoder"], output_dir=tmp_path / "out", quiet=True))
+    assert _leftovers(tmp_path) == []
+
+
+def test_unfused_layers_are_refused():
+    fused = {"Attention": 6, "BiasGelu": 6, "SkipLayerNormalization": 12}
+    check_fusion(fused, num_layers=6)
+    with pytest.raises(FusionError, match="5 fused attention ops for 6 layers"):
+        check_fusion({**fused, "Attention": 5}, num_layers=6)
+    with pytest.raises(FusionError, match="GELU"):
+        check_fusion({**fused, "BiasGelu": 0}, num_layers=6)
+
+
+def test_console_script_reports_steps(tiny_models, tmp_path):
+    out = tmp_path / "out"
+    loud = subprocess.run([sys.executable, "-m", "encoderrt.cli", "compile", str(tiny_models["bert-classifier"]), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0, loud.stderr
+    for step in ("export", "optimise", "verify"):
+        assert step in loud.stderr
+    assert "task       classify" in loud.stdout and "Attention 2" in loud.stdout
+    quiet = subprocess.run(["compile-model", str(tiny_models["bert-classifier"]), "-o", str(out), "--force", "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "" and "export" not in quiet.stderr
