@@ -83,7 +83,11 @@ def _silence_library_chatter() -> None:
 
 def summary(manifest, path: Path) -> str:
     """A few lines a person reads after compiling: what was built and how close it is to PyTorch."""
-    parity = {k: (f"{v:.7f}" if isinstance(v, float) else v) for k, v in manifest.parity.items() if k not in ("tolerance",)}
+    parity = {k: (f"{v:.7f}" if isinstance(v, float) else v) for k, v in manifest.parity.items()
+              if isinstance(v, (int, float, str))}
+    kept = manifest.parity.get("fp32_nodes")
+    if kept:
+        parity["kept fp32"] = f"{len(kept)} FFN down projections"
     lines = [
         f"artifact   {path}",
         f"model      {manifest.source.get('name')} ({manifest.architecture}, {manifest.shape.num_layers} layers, "

@@ -21,14 +21,23 @@ def _corpus() -> list[str]:
 
 
 def _wordpiece_tokenizer(max_length: int):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    """WordPiece over a fixed vocabulary (characters, continuation pieces, whole words).
+
+    The tokenizers WordPiece trainer breaks ties in hash order, so a trained vocabulary (and
+    with it every test figure) would change from run to run; an explicit one does not.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertTokenizerFast
 
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer.train_from_iterator(_corpus(), trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    words = sorted({w for text in _corpus() for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(normalizer.normalize_str(text))})
+    chars = sorted({c for w in words for c in w})
+    vocab = special + chars + [f"##{c}" for c in chars] + [w for w in words if len(w) > 1]
+    tokenizer = Tokenizer(models.WordPiece({token: i for i, token in enumerate(vocab)}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
     return BertTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
         sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_length,

@@ -96,7 +96,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
         from encoderrt.compile.export import export_onnx, load_torch_model
         from encoderrt.compile.optimize import fuse
         from encoderrt.compile.parity import check_parity
-        from encoderrt.compile.quantize import quantize_int8
+        from encoderrt.compile.quantize import ffn_down_projections, quantize_int8
     except ImportError as exc:
         raise CompileError(f"compiling needs the compile extra ({exc.name} is missing): pip install 'encoderrt[compile]'") from None
 
@@ -108,15 +108,26 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
         with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
             fused_ops = fuse(source, exported, optimized)
         if options.precision == "int8":
-            with reporter.step("quantise", "dynamic int8, per channel"):
-                quantize_int8(optimized, final)
+            plans: list[tuple[str, ...]] = [(), tuple(ffn_down_projections(optimized))]
         else:
+            plans = [()]
             shutil.copyfile(optimized, final)
         pad_token_id = _save_tokenizer(source, writer.staging)
         manifest = _manifest(source, options, pad_token_id, fused_ops)
-        with reporter.step("verify", f"parity against PyTorch ({options.precision})"):
-            figures, failures = check_parity(source, manifest, writer.staging)
+        attempts = []
+        for keep_fp32 in plans:
+            if options.precision == "int8":
+                detail = "dynamic int8, per channel" + (f", {len(keep_fp32)} FFN down projections kept fp32" if keep_fp32 else "")
+                with reporter.step("quantise", detail):
+                    quantize_int8(optimized, final, keep_fp32)
+            with reporter.step("verify", f"parity against PyTorch ({options.precision})"):
+                figures, failures = check_parity(source, manifest, writer.staging)
+            attempts.append({"fp32_nodes": list(keep_fp32), "parity": figures, "failures": failures})
+            if not failures:
+                break
         if failures:
             raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
+        if options.precision == "int8":
+            figures = {**figures, "fp32_nodes": list(keep_fp32), "attempts": attempts[:-1]}
         manifest = writer.commit(replace(manifest, parity=figures))
     return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)

@@ -69,6 +69,13 @@ def test_int8_is_quantised_and_within_tolerance(minilm_int8, reference):
     assert cosines.mean() >= 0.99 and cosines.min() >= 0.97
 
 
+def test_ffn_down_projections_are_found_by_structure(minilm_fp32):
+    from encoderrt.compile.quantize import ffn_down_projections
+
+    names = ffn_down_projections(minilm_fp32.path / "model.onnx")
+    assert len(names) == 6 and all("output/dense" in name and "attention" not in name for name in names)
+
+
 def test_manifest_is_plain_json(minilm_fp32):
     data = json.loads((minilm_fp32.path / "manifest.json").read_text())
     assert data["schema_version"] == 1 and data["parity"]["reference"].startswith("sentence-transformers")

@@ -99,7 +99,14 @@ def test_pooling_override_and_max_length(tiny_models, compile_artifact, tmp_path
 
 def test_int8_cross_encoder_keeps_ranking(tiny_models, compile_artifact, tmp_path):
     result = compile_artifact(tiny_models["bert-cross-encoder"], tmp_path / "ce-int8", precision="int8")
-    assert result.manifest.parity["spearman"] >= 0.98
+    parity = result.manifest.parity
+    assert parity["spearman"] >= 0.98
+    # every attempt is on record: a plain int8 graph that missed tolerance is retried with FFN down projections in fp32
+    for attempt in parity["attempts"]:
+        assert attempt["failures"] and not attempt["fp32_nodes"]
+    logits = run_artifact(result.path, pairs=PAIRS)
+    reference = _cross_encoder_logits(tiny_models["bert-cross-encoder"], PAIRS, result.manifest.max_length)
+    assert np.corrcoef(logits.ravel(), reference.ravel())[0, 1] > 0.95
 
 
 def test_declared_activation_is_respected(tiny_models, compile_artifact, tmp_path):
@@ -110,3 +117,26 @@ def test_declared_activation_is_respected(tiny_models, compile_artifact, tmp_pat
     CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", activation_fn=torch.nn.Identity()).save_pretrained(str(folder))
     result = compile_artifact(folder, tmp_path / "ce-identity-artifact")
     assert result.manifest.task == "score" and result.manifest.activation == "identity"
+
+
+def test_int8_keeps_ffn_down_projections_fp32_when_parity_asks(tiny_models, compile_artifact, tmp_path, monkeypatch):
+    import onnx
+
+    from encoderrt.compile import parity
+
+    real_check = parity.check_parity
+    calls = []
+
+    def first_attempt_fails(*args, **kwargs):
+        figures, failures = real_check(*args, **kwargs)
+        calls.append(figures)
+        return figures, (["injected failure"] if len(calls) == 1 else failures)
+
+    monkeypatch.setattr(parity, "check_parity", first_attempt_fails)
+    result = compile_artifact(tiny_models["bert-cross-encoder"], tmp_path / "ce-int8-mixed", precision="int8")
+    kept = result.manifest.parity["fp32_nodes"]
+    assert len(calls) == 2 and len(kept) == 2  # one FFN down projection per layer
+    assert result.manifest.parity["attempts"][0]["failures"] == ["injected failure"]
+    nodes = {node.name: node.op_type for node in onnx.load(str(result.path / "model.onnx")).graph.node}
+    assert all(nodes[name] == "MatMul" for name in kept)
+    assert "MatMulInteger" in nodes.values() and "QAttention" in nodes.values()
