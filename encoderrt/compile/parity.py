@@ -86,9 +86,14 @@ def probe_pairs(tokenizer: TextTokenizer) -> tuple[list[str], list[str]]:
 
 def reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, str]:
     """Outputs of the PyTorch reference, and its name for the report."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _reference_outputs(source, texts, pairs)
+
+
+def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, str]:
     import torch
 
-    warnings.filterwarnings("ignore", module="sentence_transformers")
     folder = str(source.folder)
     if source.task == "embed" and source.kind == "sentence-transformers" and source.pooling == source.folder_pooling:
         from sentence_transformers import SentenceTransformer
@@ -122,9 +127,10 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
     return np.concatenate(outputs).astype(np.float32)
 
 
-def engine_outputs(manifest: Manifest, artifact_dir: Path, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, np.ndarray]:
+def engine_outputs(
+    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]]
+) -> tuple[np.ndarray, np.ndarray]:
     """Outputs of the compiled artifact, batched with padding and row by row; both must match."""
-    tokenizer = TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
     backend = load_backend(manifest, artifact_dir)
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     batched = backend.run(tokenizer.pad(encodings))
@@ -184,7 +190,7 @@ def check_parity(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     texts = probe_texts(tokenizer)
     pairs = probe_pairs(tokenizer)
     reference, reference_name = reference_outputs(source, texts, pairs)
-    batched, single = engine_outputs(manifest, artifact_dir, texts, pairs)
+    batched, single = engine_outputs(manifest, artifact_dir, tokenizer, texts, pairs)
     figures, failures = compare(manifest.task, manifest.precision, reference.reshape(batched.shape), [batched, single])
     figures["reference"] = reference_name
     return figures, failures
