@@ -3,26 +3,30 @@
 A `tokenizers.Tokenizer` keeps truncation as mutable state, so this wrapper builds one instance
 per truncation rule at load and never changes them afterwards: safe to share between threads,
 and the batch encoders release the GIL.
+
+Pairs are assembled from separately tokenised texts with the tokenizer's own post-processor, so
+a query shared by many documents (rerank, 1:N score) is tokenised once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from encoderrt.runtime.errors import InputTooLong
+
 TOKENIZER_FILE = "tokenizer.json"
 
 
-class InputTooLong(ValueError):
-    def __init__(self, index: int, length: int, limit: int):
-        super().__init__(
-            f"input {index} is {length} tokens long, above the model's limit of {limit} tokens; "
-            "shorten it or allow truncation"
-        )
-        self.index, self.length, self.limit = index, length, limit
+class Tokens(NamedTuple):
+    """One engine row: token ids and segment ids, special tokens included."""
+
+    ids: list[int]
+    type_ids: list[int]
 
 
 def _load(path: Path) -> Tokenizer:
@@ -30,6 +34,10 @@ def _load(path: Path) -> Tokenizer:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
+
+
+def _tokens(encoding: Encoding) -> Tokens:
+    return Tokens(encoding.ids, encoding.type_ids)
 
 
 class TextTokenizer:
@@ -45,51 +53,53 @@ class TextTokenizer:
         self._cut_second.enable_truncation(max_length, strategy="only_second")
         self._pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
 
-    def encode(self, texts: Sequence[str], truncate: bool = True) -> list[Encoding]:
+    def encode(self, texts: Sequence[str], truncate: bool = True) -> list[Tokens]:
         if truncate:
-            return self._truncating.encode_batch(list(texts))
-        encodings = self._plain.encode_batch(list(texts))
+            return [_tokens(e) for e in self._truncating.encode_batch(list(texts))]
+        encodings = [_tokens(e) for e in self._plain.encode_batch(list(texts))]
         self._check_lengths(encodings)
         return encodings
 
-    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True) -> list[Encoding]:
+    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True) -> list[Tokens]:
         """Encode (query, document) pairs; truncation cuts the document, or both if the query alone is too long."""
-        pairs = list(zip(firsts, seconds, strict=True))
+        if len(firsts) != len(seconds):
+            raise ValueError(f"{len(firsts)} first texts for {len(seconds)} second texts")
+        unique_firsts = list(dict.fromkeys(firsts))
+        first_encodings = dict(zip(unique_firsts, self._plain.encode_batch(unique_firsts, add_special_tokens=False)))
+        second_encodings = self._plain.encode_batch(list(seconds), add_special_tokens=False)
+        pairs = []
+        for first, second in zip(firsts, second_encodings):
+            query = first_encodings[first]
+            if not truncate:
+                tokenizer = self._plain
+            elif len(query.ids) + self._pair_specials < self.max_length:
+                tokenizer = self._cut_second
+            else:  # only_second fails when the query leaves no room for even one document token
+                tokenizer = self._truncating
+            pairs.append(_tokens(tokenizer.post_process(query, second)))
         if not truncate:
-            encodings = self._plain.encode_batch(pairs)
-            self._check_lengths(encodings)
-            return encodings
-        first_lengths = [len(e.ids) for e in self._plain.encode_batch(list(firsts), add_special_tokens=False)]
-        # only_second fails when the first text leaves no room for even one token of the second.
-        too_long = [i for i, n in enumerate(first_lengths) if n + self._pair_specials >= self.max_length]
-        if not too_long:
-            return self._cut_second.encode_batch(pairs)
-        long_set = set(too_long)
-        cut_second = self._cut_second.encode_batch([p for i, p in enumerate(pairs) if i not in long_set])
-        cut_both = self._truncating.encode_batch([pairs[i] for i in too_long])
-        second_iter, both_iter = iter(cut_second), iter(cut_both)
-        return [next(both_iter) if i in long_set else next(second_iter) for i in range(len(pairs))]
+            self._check_lengths(pairs)
+        return pairs
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts with special tokens and without truncation."""
         return [len(e.ids) for e in self._plain.encode_batch(list(texts))]
 
-    def _check_lengths(self, encodings: Sequence[Encoding]) -> None:
-        for index, encoding in enumerate(encodings):
-            if len(encoding.ids) > self.max_length:
-                raise InputTooLong(index, len(encoding.ids), self.max_length)
+    def _check_lengths(self, rows: Sequence[Tokens]) -> None:
+        for index, row in enumerate(rows):
+            if len(row.ids) > self.max_length:
+                raise InputTooLong(index, len(row.ids), self.max_length)
 
-    def pad(self, encodings: Sequence[Encoding]) -> dict[str, np.ndarray]:
+    def pad(self, rows: Sequence[Tokens]) -> dict[str, np.ndarray]:
         """Right-pad to the longest row; feeds hold exactly the inputs the graph declares."""
-        rows = len(encodings)
-        width = max((len(e.ids) for e in encodings), default=0)
-        input_ids = np.full((rows, width), self.pad_token_id, dtype=np.int64)
-        attention_mask = np.zeros((rows, width), dtype=np.int64)
-        token_type_ids = np.zeros((rows, width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            input_ids[row, :n] = encoding.ids
+        width = max((len(r.ids) for r in rows), default=0)
+        input_ids = np.full((len(rows), width), self.pad_token_id, dtype=np.int64)
+        attention_mask = np.zeros((len(rows), width), dtype=np.int64)
+        token_type_ids = np.zeros((len(rows), width), dtype=np.int64)
+        for row, tokens in enumerate(rows):
+            n = len(tokens.ids)
+            input_ids[row, :n] = tokens.ids
             attention_mask[row, :n] = 1
-            token_type_ids[row, :n] = encoding.type_ids
+            token_type_ids[row, :n] = tokens.type_ids
         all_feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         return {name: all_feeds[name] for name in self.input_names}

@@ -1,7 +1,8 @@
 import pytest
 
 from encoderrt.runtime.manifest import read_manifest
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, InputTooLong, TextTokenizer
+from encoderrt.runtime.errors import InputTooLong
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +49,21 @@ def test_padding_uses_the_pad_id(tiny_artifacts):
     assert set(feeds) == {"input_ids", "attention_mask"}
     row = feeds["input_ids"][0]
     assert (row[feeds["attention_mask"][0] == 0] == manifest.pad_token_id).all()
+
+
+@pytest.mark.parametrize("name", ["bert-cross-encoder", "roberta-cross-encoder"])
+def test_pairs_match_the_hugging_face_tokenizer(name, tiny_models, tiny_artifacts):
+    """Pairs are assembled from separately tokenised texts; the result must equal transformers' own pair encoding."""
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(tiny_models[name])
+    manifest = read_manifest(tiny_artifacts[name])
+    tokenizer = TextTokenizer(tiny_artifacts[name] / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    firsts = ["where is the amazon", "where is the amazon", "café", "x"]
+    seconds = ["the amazon basin", " ".join(["south america"] * 40), "naïve résumé", ""]
+    ours = tokenizer.encode_pairs(firsts, seconds)
+    theirs = reference(firsts, seconds, truncation="only_second", max_length=manifest.max_length)
+    for i, row in enumerate(ours):
+        assert row.ids == theirs["input_ids"][i]
+        if "token_type_ids" in theirs:
+            assert row.type_ids == theirs["token_type_ids"][i]

@@ -1,0 +1,1 @@
+"""Performance measurement: deterministic workloads, runners and reports."""

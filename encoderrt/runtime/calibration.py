@@ -1,0 +1,59 @@
+"""Pick the token budget at load: the best throughput whose batch latency stays under a cap.
+
+CPU GEMM throughput plateaus once a batch holds a few hundred tokens, while latency keeps
+growing with the batch; a short measurement on this machine finds the knee instead of a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.scheduler import Padder
+from encoderrt.runtime.tokenizer import Tokens
+
+CANDIDATE_BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+ROW_LENGTH = 128
+"""Calibration rows: a typical passage length, capped by the model's limit."""
+WORTH_IT = 1.05
+"""A bigger budget must raise throughput by 5% to be worth its latency."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    max_batch_tokens: int
+    measurements: tuple[tuple[int, float, float], ...]
+    """(budget, tokens per second, batch latency in ms) for each budget tried."""
+
+
+def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, latency_cap_ms: float) -> Calibration:
+    length = min(ROW_LENGTH, max_length)
+    rng = np.random.default_rng(0)
+    ids = [1] + rng.integers(100, max(101, vocab_size - 1), size=length - 2).tolist() + [2]
+    row = Tokens(ids, [0] * length)
+    measurements: list[tuple[int, float, float]] = []
+    for budget in CANDIDATE_BUDGETS:
+        if budget < max_length and measurements:
+            continue
+        rows = max(1, budget // length)
+        feeds = pad([row] * rows)
+        backend.run(feeds)  # warm-up: first run of a shape allocates
+        latency = min(_timed(backend, feeds) for _ in range(2))
+        measurements.append((budget, rows * length / latency, latency * 1000))
+        if latency * 1000 > latency_cap_ms:
+            break
+    within_cap = [m for m in measurements if m[2] <= latency_cap_ms] or measurements[:1]
+    chosen = within_cap[0]
+    for candidate in within_cap[1:]:
+        if candidate[1] >= chosen[1] * WORTH_IT:
+            chosen = candidate
+    return Calibration(max(chosen[0], max_length), tuple(measurements))
+
+
+def _timed(backend: Backend, feeds: dict[str, np.ndarray]) -> float:
+    start = time.perf_counter()
+    backend.run(feeds)
+    return time.perf_counter() - start

@@ -1,0 +1,31 @@
+"""Engine settings. Defaults suit a small CPU box; every field can be overridden at load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch_tokens: int | None = None
+    """Padded tokens (rows x longest row) per backend run; None: calibrate at load."""
+    max_wait_ms: float = 2.0
+    """How long a shallow queue waits for company before running a small batch."""
+    max_queue_items: int = 8192
+    """Rows waiting at most; past it new work fails at once with Overloaded."""
+    sessions: int = 1
+    """Parallel backend instances, each with cores / sessions threads (1 measured best on 2 cores)."""
+    intra_op_threads: int = 0
+    """Threads for all sessions together; 0: every core the process may use."""
+    calibration_latency_ms: float = 150.0
+    """Calibration picks the budget with the best throughput whose batch stays under this latency."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be positive, got {self.max_batch_tokens}")
+        if self.max_queue_items < 1:
+            raise ValueError(f"max_queue_items must be positive, got {self.max_queue_items}")
+        if self.sessions < 1:
+            raise ValueError(f"sessions must be positive, got {self.sessions}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must not be negative, got {self.max_wait_ms}")

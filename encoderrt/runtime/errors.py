@@ -1,0 +1,32 @@
+"""Runtime errors: one class per kind, so the server can map each to one HTTP status."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class InvalidRequest(EngineError, ValueError):
+    """The request breaks a rule (pairing, dimensions, top_n, wrong task for this model)."""
+
+
+class InputTooLong(InvalidRequest):
+    def __init__(self, index: int, length: int, limit: int):
+        super().__init__(
+            f"input {index} is {length} tokens long, above the model's limit of {limit} tokens; "
+            "shorten it or allow truncation"
+        )
+        self.index, self.length, self.limit = index, length, limit
+
+
+class Overloaded(EngineError):
+    """The queue is full: retry later (HTTP 429). Raised at once, never after a wait."""
+
+
+class InferenceFailed(EngineError):
+    """The backend run holding this request's items failed; other batches are unaffected."""
+
+
+class EngineClosed(EngineError):
+    """The engine was closed before the request finished."""

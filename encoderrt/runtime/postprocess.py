@@ -1,0 +1,53 @@
+"""What happens to the graph's output rows after a batch: score activations and embedding shaping.
+
+Activations are small functions chosen by name from the manifest (sentence-transformers' rule
+was applied at compile time); the graph itself always returns raw logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from encoderrt.runtime.errors import InvalidRequest
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def identity(logits: np.ndarray) -> np.ndarray:
+    return logits
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"sigmoid": sigmoid, "softmax": softmax, "identity": identity}
+
+
+def l2_normalize(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+    return rows / np.maximum(norms, 1e-12)
+
+
+def shape_embeddings(rows: np.ndarray, normalize: bool, dimensions: int | None) -> np.ndarray:
+    """Keep the first `dimensions` components (matryoshka), then normalise if asked."""
+    if dimensions is not None:
+        rows = rows[:, :dimensions]
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    return l2_normalize(rows) if normalize else rows
+
+
+def check_dimensions(dimensions: int | None, width: int) -> None:
+    if dimensions is None:
+        return
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= width:
+        raise InvalidRequest(f"dimensions must be an integer from 1 to {width}, the model's embedding size; got {dimensions!r}")
+
+
+def cosine_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    return (l2_normalize(left) * l2_normalize(right)).sum(axis=-1)

@@ -1,0 +1,92 @@
+"""Engine requests (plain dataclasses, no HTTP) and the rules that turn them into rows.
+
+The server's pydantic schemas translate each API dialect into one of these; the engine never
+sees a dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.stats import Timings
+
+TextOrTexts = str | Sequence[str]
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    texts: Sequence[str]
+    normalize: bool | None = None
+    """None: the model's default from the manifest."""
+    dimensions: int | None = None
+    truncate: bool = True
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    text_1: TextOrTexts
+    text_2: TextOrTexts
+    truncate: bool = True
+    activation: bool = True
+    """False: raw logits, for users who calibrate scores themselves."""
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    query: str
+    documents: Sequence[str]
+    top_n: int | None = None
+    truncate: bool = True
+    activation: bool = True
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    texts: Sequence[str]
+    truncate: bool = True
+
+
+@dataclass(frozen=True)
+class Classification:
+    label: str
+    probs: list[float]
+
+
+@dataclass(frozen=True)
+class Completion:
+    value: Any
+    prompt_tokens: int
+    timings: Timings = field(default_factory=Timings)
+
+
+def as_texts(texts: str | Sequence[str], field_name: str) -> list[str]:
+    """One text or a list of texts, checked: anything else names the field and the offending item."""
+    if isinstance(texts, str):
+        return [texts]
+    if not isinstance(texts, Sequence):
+        raise InvalidRequest(f"{field_name} must be a string or a list of strings, got {type(texts).__name__}")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidRequest(f"{field_name}[{index}] must be a string, got {type(text).__name__}")
+    return list(texts)
+
+
+def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], list[str]]:
+    """vLLM's score pairing: 1:1 (str, str), 1:N (one text_1, list text_2), N:N (equal-length lists)."""
+    firsts, seconds = as_texts(text_1, "text_1"), as_texts(text_2, "text_2")
+    if len(firsts) == 1 and not isinstance(text_2, str):
+        return firsts * len(seconds), seconds
+    if isinstance(text_2, str) and len(firsts) != 1:
+        raise InvalidRequest(
+            f"text_1 is a list of {len(firsts)} texts but text_2 is a single text: "
+            "give text_2 as a list of the same length (N:N) or a single text_1 (1:N)"
+        )
+    if len(firsts) != len(seconds):
+        raise InvalidRequest(
+            f"text_1 has {len(firsts)} texts and text_2 has {len(seconds)}: "
+            "pairwise scoring (N:N) needs equal lengths, or give one text_1 for many text_2 (1:N)"
+        )
+    return firsts, seconds

@@ -1,0 +1,238 @@
+"""The one batching loop: rows from every caller -> token-budget batches -> backend runs.
+
+Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session)
+form batches under a padded-token budget, sorting the waiting rows by length so that rows of
+similar length run together, and always running the batch that holds the oldest row so that
+nothing starves. Identical rows are computed once, whoever asked for them. A row whose every
+caller has gone (cancelled or failed Future) is dropped before it runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+
+import numpy as np
+
+from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
+from encoderrt.runtime.stats import EngineStats
+from encoderrt.runtime.tokenizer import Tokens
+
+Padder = Callable[[Sequence[Tokens]], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Completed:
+    outputs: list[np.ndarray]
+    """One output row per submitted row, in submission order."""
+    queue_seconds: float
+    inference_seconds: float
+
+
+class _Ticket:
+    """One submission: its result slots and the Future its caller waits on."""
+
+    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock")
+
+    def __init__(self, size: int):
+        self.future: Future[Completed] = Future()
+        self.outputs: list[np.ndarray | None] = [None] * size
+        self.remaining = size
+        self.submitted = time.perf_counter()
+        self.started: float | None = None
+        self.lock = threading.Lock()
+
+    def deliver(self, index: int, output: np.ndarray) -> None:
+        with self.lock:
+            self.outputs[index] = output
+            self.remaining -= 1
+            if self.remaining:
+                return
+        now = time.perf_counter()
+        started = self.started if self.started is not None else now
+        _settle(self.future, result=Completed(self.outputs, started - self.submitted, now - started))  # type: ignore[arg-type]
+
+
+def _settle(future: Future, result: Completed | None = None, error: BaseException | None = None) -> None:
+    """Complete a Future unless its caller already cancelled it."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
+class _Row:
+    """A distinct token sequence waiting to run, and every (ticket, index) that wants its output."""
+
+    __slots__ = ("tokens", "consumers", "seq", "enqueued")
+
+    def __init__(self, tokens: Tokens, seq: int):
+        self.tokens = tokens
+        self.consumers: list[tuple[_Ticket, int]] = []
+        self.seq = seq
+        self.enqueued = time.perf_counter()
+
+    def prune(self) -> int:
+        """Forget callers that went away; returns how many."""
+        before = len(self.consumers)
+        self.consumers = [(t, i) for t, i in self.consumers if not t.future.done()]
+        return before - len(self.consumers)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        pad: Padder,
+        max_batch_tokens: int,
+        max_wait_ms: float,
+        max_queue_items: int,
+        stats: EngineStats,
+    ):
+        self.max_batch_tokens = max_batch_tokens
+        self._pad = pad
+        self._max_wait = max_wait_ms / 1000
+        self._max_queue_items = max_queue_items
+        self._stats = stats
+        self._rows: dict[tuple[tuple[int, ...], tuple[int, ...]], _Row] = {}  # arrival order
+        self._pending_items = 0
+        self._pending_tokens = 0
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._loop, args=(backend,), name=f"encoderrt-batcher-{i}", daemon=True)
+            for i, backend in enumerate(backends)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, rows: Sequence[Tokens]) -> Future[Completed]:
+        ticket = _Ticket(len(rows))
+        if not rows:
+            _settle(ticket.future, result=Completed([], 0.0, 0.0))
+            return ticket.future
+        if len(rows) > self._max_queue_items:
+            raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self._max_queue_items} items)")
+        with self._cond:
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            if self._pending_items + len(rows) > self._max_queue_items:
+                self._stats.add(overloaded=1)
+                raise Overloaded(f"the engine's queue is full ({self._pending_items} items waiting); retry later")
+            duplicates = 0
+            for index, tokens in enumerate(rows):
+                key = (tuple(tokens.ids), tuple(tokens.type_ids))
+                row = self._rows.get(key)
+                if row is None:
+                    row = self._rows[key] = _Row(tokens, next(self._seq))
+                    self._pending_tokens += len(tokens.ids)
+                else:
+                    duplicates += 1
+                row.consumers.append((ticket, index))
+            self._pending_items += len(rows)
+            self._stats.add(items=len(rows), deduplicated_items=duplicates, queue_depth=len(rows))
+            self._cond.notify()
+        return ticket.future
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            waiting = list(self._rows.values())
+            self._rows.clear()
+            self._cond.notify_all()
+        for row in waiting:
+            for ticket, _ in row.consumers:
+                _settle(ticket.future, error=EngineClosed("the engine was closed before this request ran"))
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def _loop(self, backend: Backend) -> None:
+        while (batch := self._next_batch()) is not None:
+            self._run(backend, batch)
+
+    def _next_batch(self) -> list[_Row] | None:
+        with self._cond:
+            while not self._closed:
+                if not self._rows:
+                    self._cond.wait()
+                    continue
+                waited = time.perf_counter() - next(iter(self._rows.values())).enqueued
+                if self._pending_tokens < self.max_batch_tokens and waited < self._max_wait:
+                    self._cond.wait(self._max_wait - waited)
+                    continue
+                batch = self._take_batch()
+                if batch:
+                    return batch
+            return None
+
+    def _take_batch(self) -> list[_Row]:
+        """Cut the length-sorted waiting rows into runs under the budget; take the run holding the oldest row."""
+        dropped_items = 0
+        for key in list(self._rows):
+            row = self._rows[key]
+            dropped_items += row.prune()
+            if not row.consumers:
+                self._forget(key)
+        if dropped_items:
+            self._pending_items -= dropped_items
+            self._stats.add(cancelled_items=dropped_items, queue_depth=-dropped_items)
+        if not self._rows:
+            return []
+        oldest = next(iter(self._rows.values()))
+        ordered = sorted(self._rows.items(), key=lambda item: len(item[1].tokens.ids))
+        start = 0
+        for end, (_, row) in enumerate(ordered):
+            if end > start and (end - start + 1) * len(row.tokens.ids) > self.max_batch_tokens:
+                if any(r is oldest for _, r in ordered[start:end]):
+                    break
+                start = end
+        else:
+            end = len(ordered)
+        chosen = ordered[start:end]
+        for key, _ in chosen:
+            self._forget(key)
+        items = sum(len(row.consumers) for _, row in chosen)
+        self._pending_items -= items
+        self._stats.add(queue_depth=-items)
+        return [row for _, row in chosen]
+
+    def _forget(self, key: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+        row = self._rows.pop(key)
+        self._pending_tokens -= len(row.tokens.ids)
+
+    def _run(self, backend: Backend, rows: list[_Row]) -> None:
+        started = time.perf_counter()
+        for row in rows:
+            for ticket, _ in row.consumers:
+                if ticket.started is None:
+                    ticket.started = started
+        tokens = [row.tokens for row in rows]
+        width = max(len(t.ids) for t in tokens)
+        try:
+            outputs = backend.run(self._pad(tokens))
+        except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
+            self._stats.add(failed_batches=1)
+            error = InferenceFailed(f"inference failed for a batch of {len(rows)} rows: {type(exc).__name__}: {exc}")
+            for row in rows:
+                for ticket, _ in row.consumers:
+                    _settle(ticket.future, error=error)
+            return
+        self._stats.add(
+            batches=1,
+            batch_rows=len(rows),
+            real_tokens=sum(len(t.ids) for t in tokens),
+            padded_tokens=len(rows) * width,
+        )
+        for row, output in zip(rows, outputs):
+            for ticket, index in row.consumers:
+                ticket.deliver(index, output)

@@ -1,0 +1,354 @@
+"""Engine behaviour: parity through the scheduler, concurrency, batching, cancellation, overload, errors."""
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from encoderrt import Engine
+from encoderrt.runtime import engine as engine_module
+from encoderrt.runtime.errors import InferenceFailed, InputTooLong, InvalidRequest, Overloaded
+from encoderrt.runtime.manifest import ManifestError
+
+TEXTS = [
+    "how do vector databases index embeddings",
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France.",
+    "a",
+    "Quantum computers use qubits, which can be in superpositions of states, to perform certain computations faster.",
+    "¿Dónde está la biblioteca? 图书馆在哪里？",
+    "short query",
+    " ".join(["long passage"] * 200),
+]
+
+
+class ControlledBackend:
+    """Wraps a real backend: can hold a batch at a gate, or fail the next run."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.input_names = inner.input_names
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.fail_next = False
+        self.batches: list[tuple[int, int]] = []
+
+    def run(self, feeds):
+        self.batches.append(feeds["input_ids"].shape)
+        self.entered.set()
+        assert self.gate.wait(30), "test gate never opened"
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("simulated device fault")
+        return self.inner.run(feeds)
+
+
+@pytest.fixture
+def controlled(monkeypatch):
+    """Engine.load whose backend is a ControlledBackend; yields (load, backends)."""
+    backends = []
+    real_load = engine_module.load_backend
+
+    def load_backend(*args, **kwargs):
+        backends.append(ControlledBackend(real_load(*args, **kwargs)))
+        return backends[-1]
+
+    monkeypatch.setattr(engine_module, "load_backend", load_backend)
+    return backends
+
+
+@pytest.fixture(scope="module")
+def minilm_engine(minilm_fp32):
+    with Engine.load(minilm_fp32.path) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def st_model(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def ce_engine(tiny_artifacts):
+    with Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=256) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tiny_models):
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", max_length=64)
+
+
+# -- parity and the public verbs ------------------------------------------------------------
+
+
+def test_embed_matches_sentence_transformers(minilm_engine, st_model):
+    reference = st_model.encode(TEXTS, normalize_embeddings=True)
+    embeddings = minilm_engine.embed(TEXTS)
+    assert embeddings.dtype == np.float32 and embeddings.shape == (len(TEXTS), 384)
+    assert (embeddings * reference).sum(1).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+
+
+def test_calibration_chose_a_budget(minilm_engine):
+    info = minilm_engine.info
+    assert info.max_batch_tokens >= info.max_length
+    assert info.calibration and all(tokens_per_s > 0 for _, tokens_per_s, _ in info.calibration)
+
+
+def test_empty_string_embeds_like_sentence_transformers(minilm_engine, st_model):
+    reference = st_model.encode([""], normalize_embeddings=True)
+    assert float((minilm_engine.embed([""]) * reference).sum()) >= 0.99999
+
+
+def test_empty_list_and_single_string(minilm_engine):
+    assert minilm_engine.embed([]).shape == (0, 384)
+    assert minilm_engine.embed("one text").shape == (1, 384)
+    assert minilm_engine.score("q", []) == []
+    assert minilm_engine.rerank("q", []) == []
+
+
+def test_matryoshka_dimensions_and_normalize(minilm_engine, st_model):
+    raw = minilm_engine.embed(TEXTS, normalize=False)
+    reference = st_model.encode(TEXTS, normalize_embeddings=False)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+    cut = minilm_engine.embed(TEXTS, dimensions=64)
+    expected = reference[:, :64] / np.linalg.norm(reference[:, :64], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, expected, atol=1e-4)
+    assert minilm_engine.embed(TEXTS, dimensions=64, normalize=False).shape == (len(TEXTS), 64)
+    for bad in (0, 385, 1.5):
+        with pytest.raises(InvalidRequest, match="dimensions must be an integer from 1 to 384"):
+            minilm_engine.embed(TEXTS, dimensions=bad)
+
+
+def test_embedding_model_scores_by_cosine(minilm_engine, st_model):
+    from sentence_transformers.util import cos_sim
+
+    query, documents = TEXTS[0], TEXTS[1:5]
+    reference = cos_sim(st_model.encode([query]), st_model.encode(documents))[0].numpy()
+    np.testing.assert_allclose(minilm_engine.score(query, documents), reference, atol=1e-5)
+    ranked = minilm_engine.rerank(query, documents, top_n=2)
+    assert [i for i, _ in ranked] == list(np.argsort(-reference)[:2])
+
+
+def test_cross_encoder_scores_with_activation_and_raw_logits(ce_engine, cross_encoder):
+    import torch
+
+    query, documents = "where is the amazon rainforest", ["the amazon basin of south america", "über schnelle fuchs", "x"]
+    logits = cross_encoder.predict([(query, d) for d in documents], activation_fn=torch.nn.Identity())
+    np.testing.assert_allclose(ce_engine.score(query, documents, activation=False), logits, atol=1e-3)
+    np.testing.assert_allclose(ce_engine.score(query, documents), 1 / (1 + np.exp(-logits)), atol=1e-4)
+    np.testing.assert_allclose(ce_engine.score(query, documents), cross_encoder.predict([(query, d) for d in documents]), atol=1e-4)
+
+
+def test_rerank_sorts_best_first_and_honours_top_n(ce_engine):
+    query, documents = "the quick fox", ["lazy dog", "quick brown fox jumps", "the fox", "rank score", "café"]
+    scores = ce_engine.score(query, documents)
+    ranked = ce_engine.rerank(query, documents)
+    assert [i for i, _ in ranked] == sorted(range(5), key=lambda i: -scores[i])
+    assert [s for _, s in ranked] == sorted(scores, reverse=True)
+    assert ce_engine.rerank(query, documents, top_n=2) == ranked[:2]
+    assert ce_engine.rerank(query, documents, top_n=50) == ranked
+    with pytest.raises(InvalidRequest, match="top_n must be a positive integer"):
+        ce_engine.rerank(query, documents, top_n=0)
+
+
+def test_score_pairing_rules(ce_engine):
+    a, b, c = "fox", "dog", "café"
+    one_to_one = ce_engine.score(a, b)
+    one_to_many = ce_engine.score(a, [b, c])
+    assert len(one_to_one) == 1 and len(one_to_many) == 2
+    assert ce_engine.score([a], [b, c]) == one_to_many
+    pairwise = ce_engine.score([a, c], [b, b])
+    assert pairwise[0] == pytest.approx(one_to_one[0]) and pairwise[1] == pytest.approx(ce_engine.score(c, b)[0])
+    assert ce_engine.score([], []) == []
+    with pytest.raises(InvalidRequest, match="text_1 is a list of 2 texts but text_2 is a single text"):
+        ce_engine.score([a, c], b)
+    with pytest.raises(InvalidRequest, match="text_1 has 2 texts and text_2 has 3"):
+        ce_engine.score([a, c], [a, b, c])
+    with pytest.raises(InvalidRequest, match=r"text_2\[1\] must be a string"):
+        ce_engine.score(a, [b, 3])
+
+
+def test_wrong_task_is_a_clear_error(ce_engine, minilm_engine, tiny_artifacts):
+    with pytest.raises(InvalidRequest, match="embed is not available for this score model"):
+        ce_engine.embed(["text"])
+    with pytest.raises(InvalidRequest, match="classify is not available for this embed model"):
+        minilm_engine.classify(["text"])
+    with Engine.load(tiny_artifacts["bert-classifier"], max_batch_tokens=256) as classifier:
+        with pytest.raises(InvalidRequest, match="score is not available for this classify model"):
+            classifier.score("a", "b")
+
+
+def test_classify_returns_labels_and_probabilities(tiny_models, tiny_artifacts):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    texts = ["the quick brown fox", "привет мир", "rank"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["bert-classifier"])
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_models["bert-classifier"]).eval()
+    with torch.inference_mode():
+        probs = torch.softmax(model(**tokenizer(texts, padding=True, return_tensors="pt")).logits, -1).numpy()
+    with Engine.load(tiny_artifacts["bert-classifier"], max_batch_tokens=256) as engine:
+        results = engine.classify(texts)
+    for result, expected in zip(results, probs):
+        np.testing.assert_allclose(result.probs, expected, atol=1e-4)
+        assert result.label == f"LABEL_{int(np.argmax(expected))}"
+
+
+def test_truncation_on_and_off(ce_engine, minilm_engine):
+    long_text = " ".join(["fox"] * 300)
+    with pytest.raises(InputTooLong, match="input 1 is 302 tokens long, above the model's limit of 256"):
+        minilm_engine.embed(["short", long_text], truncate=False)
+    assert minilm_engine.embed(["short", long_text]).shape == (2, 384)
+    with pytest.raises(InputTooLong, match="input 0"):
+        ce_engine.score("fox", long_text, truncate=False)
+    # truncation cuts the document: a query followed by a too-long document still scores like the cut pair
+    query = "where is the rainforest"
+    cut = ce_engine.tokenize(query, long_text)
+    assert len(cut) == 64 and cut[: len(ce_engine.tokenize(query))] == ce_engine.tokenize(query)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        Engine.load(tmp_path)
+
+
+# -- the scheduler --------------------------------------------------------------------------
+
+
+def test_concurrent_threads_get_their_own_results(minilm_engine):
+    requests = [[f"{t} #{caller}" for t in TEXTS[:5]] for caller in range(24)]
+    expected = [np.concatenate([minilm_engine.embed([t]) for t in texts]) for texts in requests[:3]]
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(minilm_engine.embed, requests))
+    for got, want in zip(results, expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    for texts, got in zip(requests, results):
+        assert got.shape == (5, 384)
+        # row i belongs to text i: the nearest of the caller's own texts
+        np.testing.assert_allclose(got[2], minilm_engine.embed([texts[2]])[0], atol=1e-5)
+
+
+def test_concurrent_asyncio_callers(minilm_engine):
+    async def main():
+        requests = [[f"caller {i} asks about {t}" for t in ("rivers", "mountains", "cities")] for i in range(20)]
+        results = await asyncio.gather(*(minilm_engine.aembed(r) for r in requests))
+        return requests, results
+
+    requests, results = asyncio.run(main())
+    for texts, got in zip(requests, results):
+        np.testing.assert_allclose(got, minilm_engine.embed(texts), atol=1e-5)
+
+
+def test_async_verbs(ce_engine):
+    async def main():
+        return await asyncio.gather(ce_engine.ascore("fox", ["dog", "fox"]), ce_engine.arerank("fox", ["dog", "fox"], top_n=1))
+
+    scores, ranked = asyncio.run(main())
+    assert scores == pytest.approx(ce_engine.score("fox", ["dog", "fox"]))
+    assert ranked[0][0] == int(np.argmax(scores))
+
+
+def test_large_request_is_split_and_reassembled(tiny_artifacts):
+    from tiny_models import CORPUS_WORDS
+
+    words = CORPUS_WORDS
+    texts = [" ".join(words[(i + k) % len(words)] for k in range(1 + i % 40)) for i in range(120)]
+    assert len(set(texts)) == 120
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=128) as engine:
+        together = engine.embed(texts)
+        stats = engine.stats.snapshot()
+        one_by_one = np.concatenate([engine.embed([t]) for t in texts])
+    assert stats["batches"] > 10
+    assert stats["padded_tokens"] / stats["batches"] <= 128 or stats["batch_rows"] == stats["batches"]
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+
+
+def test_padding_efficiency_on_a_length_mix(tiny_artifacts):
+    from encoderrt.bench import workloads
+
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256) as engine:
+        engine.embed(workloads.mixed(300))
+        assert engine.stats.padding_efficiency >= 0.9
+
+
+def test_duplicates_are_computed_once(ce_engine):
+    before = ce_engine.stats.snapshot()
+    scores = ce_engine.score(["fox"] * 6, ["dog", "dog", "cat", "dog", "cat", "dog"])
+    after = ce_engine.stats.snapshot()
+    assert after["deduplicated_items"] - before["deduplicated_items"] == 4
+    assert after["batch_rows"] - before["batch_rows"] == 2
+    assert scores[0] == scores[1] == scores[3] == scores[5] and scores[2] == scores[4]
+
+
+def test_cancelled_request_is_dropped_before_it_runs(controlled, tiny_artifacts):
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=64, max_wait_ms=0) as engine:
+        backend = controlled[0]
+        backend.gate.clear()
+
+        async def main():
+            blocker = asyncio.create_task(engine.aembed(["the first request holds the backend"]))
+            await asyncio.to_thread(backend.entered.wait, 10)
+            victim = asyncio.create_task(engine.aembed([f"cancelled text {i}" for i in range(30)]))
+            while engine.stats.snapshot()["queue_depth"] < 30:
+                await asyncio.sleep(0.001)
+            victim.cancel()
+            await asyncio.sleep(0)
+            backend.gate.set()
+            await blocker
+            survivor = await engine.aembed(["after the cancellation"])
+            return victim, survivor
+
+        victim, survivor = asyncio.run(main())
+        assert victim.cancelled() and survivor.shape == (1, 32)
+        stats = engine.stats.snapshot()
+        assert stats["cancelled_items"] == 30
+        assert sum(rows for rows, _ in backend.batches) == 2  # the blocker and the survivor, nothing of the victim
+
+
+def test_full_queue_fails_at_once(controlled, tiny_artifacts):
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=64, max_queue_items=10, max_wait_ms=0) as engine:
+        backend = controlled[0]
+        backend.gate.clear()
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(engine.embed, ["holds the backend"])
+            assert backend.entered.wait(10)
+            queued = pool.submit(engine.embed, [f"waiting {i}" for i in range(10)])
+            while engine.stats.snapshot()["queue_depth"] < 10:
+                time.sleep(0.001)
+            start = time.perf_counter()
+            with pytest.raises(Overloaded, match="queue is full"):
+                engine.embed(["one too many"])
+            assert time.perf_counter() - start < 1.0
+            with pytest.raises(InvalidRequest, match="larger than the engine's queue"):
+                engine.embed([f"huge {i}" for i in range(11)])
+            backend.gate.set()
+            assert first.result(10).shape == (1, 32) and queued.result(10).shape == (10, 32)
+        assert engine.stats.snapshot()["overloaded"] == 1
+
+
+def test_backend_failure_fails_only_its_batch(controlled, tiny_artifacts):
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256) as engine:
+        backend = controlled[0]
+        backend.fail_next = True
+        with pytest.raises(InferenceFailed, match="simulated device fault"):
+            engine.embed(["this batch fails"])
+        assert engine.embed(["the next batch succeeds"]).shape == (1, 32)
+        assert engine.stats.snapshot()["failed_batches"] == 1
+
+
+def test_closed_engine_refuses_work(tiny_artifacts):
+    from encoderrt.runtime.errors import EngineClosed
+
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
+    engine.close()
+    with pytest.raises(EngineClosed):
+        engine.embed(["late"])
