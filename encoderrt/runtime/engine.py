@@ -30,6 +30,7 @@ from encoderrt.runtime.requests import (
     RerankRequest,
     ScoreRequest,
     TextOrTexts,
+    Truncation,
     as_texts,
     pair_texts,
 )
@@ -110,37 +111,38 @@ class Engine:
 
     # -- public verbs -------------------------------------------------------------------------
 
-    def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: bool = True) -> np.ndarray:
+    def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: Truncation = True) -> np.ndarray:
         return self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate)).value
 
-    def score(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: bool = True, activation: bool = True) -> list[float]:
+    def score(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
         return self.run(ScoreRequest(text_1, text_2, truncate, activation)).value
 
-    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: bool = True,
+    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: Truncation = True,
                activation: bool = True) -> list[tuple[int, float]]:
         return self.run(RerankRequest(query, documents, top_n, truncate, activation)).value
 
-    def classify(self, texts: TextOrTexts, truncate: bool = True) -> list[Classification]:
+    def classify(self, texts: TextOrTexts, truncate: Truncation = True) -> list[Classification]:
         return self.run(ClassifyRequest(as_texts(texts, "texts"), truncate)).value
 
     async def aembed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None,
-                     truncate: bool = True) -> np.ndarray:
+                     truncate: Truncation = True) -> np.ndarray:
         return (await self.arun(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate))).value
 
-    async def ascore(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: bool = True, activation: bool = True) -> list[float]:
+    async def ascore(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
         return (await self.arun(ScoreRequest(text_1, text_2, truncate, activation))).value
 
-    async def arerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: bool = True,
+    async def arerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: Truncation = True,
                       activation: bool = True) -> list[tuple[int, float]]:
         return (await self.arun(RerankRequest(query, documents, top_n, truncate, activation))).value
 
-    async def aclassify(self, texts: TextOrTexts, truncate: bool = True) -> list[Classification]:
+    async def aclassify(self, texts: TextOrTexts, truncate: Truncation = True) -> list[Classification]:
         return (await self.arun(ClassifyRequest(as_texts(texts, "texts"), truncate))).value
 
-    def tokenize(self, text: str, text_pair: str | None = None, truncate: bool = True) -> list[int]:
+    def tokenize(self, text: str, text_pair: str | None = None, truncate: Truncation = True) -> list[int]:
+        tokenizer, cut = self._tokenizer_for(truncate)
         if text_pair is None:
-            return self._tokenizer.encode([text], truncate)[0].ids
-        return self._tokenizer.encode_pairs([text], [text_pair], truncate)[0].ids
+            return tokenizer.encode([text], cut)[0].ids
+        return tokenizer.encode_pairs([text], [text_pair], cut)[0].ids
 
     # -- requests with usage and timings (what the server calls) ---------------------------------
 
@@ -179,6 +181,15 @@ class Engine:
             return self._plan_classify(request)
         raise TypeError(f"not an engine request: {type(request).__name__}")
 
+    def _tokenizer_for(self, truncate: Truncation) -> tuple[TextTokenizer, bool]:
+        """The tokenizer for a request's truncation rule, and whether it truncates."""
+        if isinstance(truncate, bool):
+            return self._tokenizer, truncate
+        limit = self.manifest.max_length
+        if not isinstance(truncate, int) or not 2 <= truncate <= limit:
+            raise InvalidRequest(f"truncation length must be an integer from 2 to {limit}, the model's limit; got {truncate!r}")
+        return self._tokenizer.limited(truncate), True
+
     def _require(self, verb: str, *tasks: str) -> None:
         if self.manifest.task not in tasks:
             hint = {"embed": "use embed", "score": "use score or rerank", "classify": "use classify"}[self.manifest.task]
@@ -188,20 +199,27 @@ class Engine:
         self._require("embed", "embed")
         check_dimensions(request.dimensions, self.manifest.shape.output_dim)
         normalize = self.manifest.normalize if request.normalize is None else request.normalize
-        rows = self._tokenizer.encode(as_texts(request.texts, "texts"), request.truncate)
+        tokenizer, cut = self._tokenizer_for(request.truncate)
+        if request.token_ids is not None:
+            if request.texts:
+                raise InvalidRequest("give texts or token ids, not both")
+            rows = tokenizer.from_ids(request.token_ids, self.manifest.shape.vocab_size, cut)
+        else:
+            rows = tokenizer.encode(as_texts(request.texts, "texts"), cut)
         return _Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
 
-    def _plan_score(self, firsts: list[str], seconds: list[str], truncate: bool, activation: bool) -> _Plan:
+    def _plan_score(self, firsts: list[str], seconds: list[str], truncate: Truncation, activation: bool) -> _Plan:
         self._require("score", "score", "embed")
+        tokenizer, cut = self._tokenizer_for(truncate)
         if self.manifest.task == "embed":
             # an embedding model scores by cosine similarity; each distinct text is embedded once
             unique = list(dict.fromkeys(firsts + seconds))
             position = {text: i for i, text in enumerate(unique)}
             left = [position[t] for t in firsts]
             right = [position[t] for t in seconds]
-            rows = self._tokenizer.encode(unique, truncate)
+            rows = tokenizer.encode(unique, cut)
             return _Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
-        rows = self._tokenizer.encode_pairs(firsts, seconds, truncate)
+        rows = tokenizer.encode_pairs(firsts, seconds, cut)
         apply = ACTIVATIONS[self.manifest.activation] if activation else ACTIVATIONS["identity"]
         return _Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())
 
@@ -226,7 +244,8 @@ class Engine:
     def _plan_classify(self, request: ClassifyRequest) -> _Plan:
         self._require("classify", "classify", "score")
         labels = self.manifest.labels
-        rows = self._tokenizer.encode(as_texts(request.texts, "texts"), request.truncate)
+        tokenizer, cut = self._tokenizer_for(request.truncate)
+        rows = tokenizer.encode(as_texts(request.texts, "texts"), cut)
 
         def classified(outputs: np.ndarray) -> list[Classification]:
             probs = ACTIVATIONS[self.manifest.activation](outputs) if self.manifest.task == "score" else softmax(outputs)

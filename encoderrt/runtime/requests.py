@@ -14,22 +14,26 @@ from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.stats import Timings
 
 TextOrTexts = str | Sequence[str]
+Truncation = bool | int
+"""True: cut at the model's limit; False: over-long input is an error; k: cut at k tokens (<= the limit)."""
 
 
 @dataclass(frozen=True)
 class EmbedRequest:
-    texts: Sequence[str]
+    texts: Sequence[str] = ()
     normalize: bool | None = None
     """None: the model's default from the manifest."""
     dimensions: int | None = None
-    truncate: bool = True
+    truncate: Truncation = True
+    token_ids: Sequence[Sequence[int]] | None = None
+    """Pre-tokenised input (OpenAI's token-array form), used as given instead of `texts`."""
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
     text_1: TextOrTexts
     text_2: TextOrTexts
-    truncate: bool = True
+    truncate: Truncation = True
     activation: bool = True
     """False: raw logits, for users who calibrate scores themselves."""
 
@@ -39,14 +43,14 @@ class RerankRequest:
     query: str
     documents: Sequence[str]
     top_n: int | None = None
-    truncate: bool = True
+    truncate: Truncation = True
     activation: bool = True
 
 
 @dataclass(frozen=True)
 class ClassifyRequest:
     texts: Sequence[str]
-    truncate: bool = True
+    truncate: Truncation = True
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ a query shared by many documents (rerank, 1:N score) is tokenised once.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from encoderrt.runtime.errors import InputTooLong
+from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -43,6 +44,7 @@ def _tokens(encoding: Encoding) -> Tokens:
 class TextTokenizer:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str]):
         path = Path(tokenizer_file)
+        self.path = path
         self.max_length = max_length
         self.pad_token_id = pad_token_id
         self.input_names = tuple(input_names)
@@ -52,6 +54,30 @@ class TextTokenizer:
         self._cut_second = _load(path)
         self._cut_second.enable_truncation(max_length, strategy="only_second")
         self._pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
+
+    @lru_cache(maxsize=8)
+    def limited(self, max_length: int) -> "TextTokenizer":
+        """A tokenizer that truncates at `max_length` (<= the model's limit), for per-request truncation."""
+        if max_length == self.max_length:
+            return self
+        return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names)
+
+    def from_ids(self, token_ids: Sequence[Sequence[int]], vocab_size: int, truncate: bool = True) -> list[Tokens]:
+        """Rows from caller-supplied token ids, used as given (special tokens are the caller's)."""
+        rows = []
+        for index, ids in enumerate(token_ids):
+            ids = list(ids)
+            for token in ids:
+                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+                    raise InvalidRequest(f"token ids of input {index} must be integers from 0 to {vocab_size - 1}; got {token!r}")
+            if not ids:
+                raise InvalidRequest(f"input {index} has no token ids")
+            if len(ids) > self.max_length:
+                if not truncate:
+                    raise InputTooLong(index, len(ids), self.max_length)
+                ids = ids[: self.max_length]
+            rows.append(Tokens(ids, [0] * len(ids)))
+        return rows
 
     def encode(self, texts: Sequence[str], truncate: bool = True) -> list[Tokens]:
         if truncate:

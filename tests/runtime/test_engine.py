@@ -352,3 +352,27 @@ def test_closed_engine_refuses_work(tiny_artifacts):
     engine.close()
     with pytest.raises(EngineClosed):
         engine.embed(["late"])
+
+
+def test_truncation_to_a_shorter_length(minilm_engine, st_model):
+    text = " ".join(["rivers and mountains"] * 30)
+    assert len(minilm_engine.tokenize(text, truncate=16)) == 16
+    st_model.max_seq_length = 16
+    try:
+        reference = st_model.encode([text], normalize_embeddings=True)
+    finally:
+        st_model.max_seq_length = 256
+    assert float((minilm_engine.embed([text], truncate=16) * reference).sum()) >= 0.99999
+    with pytest.raises(InvalidRequest, match="truncation length must be an integer from 2 to 256"):
+        minilm_engine.embed([text], truncate=1000)
+
+
+def test_token_id_input(minilm_engine):
+    from encoderrt import EmbedRequest
+
+    text = "token ids in, the same vector out"
+    ids = minilm_engine.tokenize(text)
+    by_ids = minilm_engine.run(EmbedRequest(token_ids=[ids])).value
+    np.testing.assert_allclose(by_ids, minilm_engine.embed([text]), atol=1e-6)
+    with pytest.raises(InvalidRequest, match="token ids of input 0 must be integers from 0 to 30521"):
+        minilm_engine.run(EmbedRequest(token_ids=[[101, 99999999]]))
