@@ -106,12 +106,58 @@ def summary(manifest, path: Path) -> str:
     return "\n".join(lines)
 
 
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("models", nargs="*", type=Path, metavar="MODEL",
+                        help="artifact or model folders (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                        help="name of each MODEL in requests' `model` field, in order (repeat per model)")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API route")
+    parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N", help="token budget (default: calibrated)")
+    parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
+    parser.add_argument("--max-client-batch-size", type=int, default=512, metavar="N", help="most items per request")
+    parser.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N")
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from encoderrt.runtime.config import EngineConfig
+    from encoderrt.server.loading import ModelSpec
+    from encoderrt.server.runner import run_server
+    from encoderrt.server.settings import ServerSettings
+
+    console = Console(stderr=True, highlight=False)
+    paths = args.models or [None]
+    names = args.served_model_name
+    if len(names) > len(paths):
+        console.print(f"[red]error:[/] {len(names)} --served-model-name values for {len(paths)} models")
+        return 2
+    for path in args.models:
+        if not path.is_dir():
+            console.print(f"[red]error:[/] model folder not found: {path}")
+            return 2
+    try:
+        engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue)
+        settings = ServerSettings(host=args.host, port=args.port, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
+                                  max_client_batch_size=args.max_client_batch_size, engine=engine)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _silence_library_chatter()
+    specs = [ModelSpec(path, names[i] if i < len(names) else None) for i, path in enumerate(paths)]
+    return run_server(settings, specs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="encoderrt", description="Compile and serve encoder models.")
     commands = parser.add_subparsers(dest="command", required=True)
     compile_parser = commands.add_parser("compile", help="compile a model folder into an artifact")
     _add_compile_arguments(compile_parser)
     compile_parser.set_defaults(handler=_run_compile)
+    serve_parser = commands.add_parser("serve", help="serve models over HTTP (OpenAI, vLLM, Cohere/Jina, TEI APIs)")
+    _add_serve_arguments(serve_parser)
+    serve_parser.set_defaults(handler=_run_serve)
     return parser
 
 

@@ -100,12 +100,13 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
 
         model = SentenceTransformer(folder, device="cpu", local_files_only=True)
         model.max_seq_length = source.max_length
-        return model.encode(texts, batch_size=8, convert_to_numpy=True), "sentence-transformers SentenceTransformer.encode"
+        return model.encode(texts, batch_size=8, convert_to_numpy=True, show_progress_bar=False), "sentence-transformers SentenceTransformer.encode"
     if source.task == "score":
         from sentence_transformers import CrossEncoder
 
         model = CrossEncoder(folder, device="cpu", max_length=source.max_length, local_files_only=True)
-        logits = model.predict(list(zip(*pairs)), batch_size=8, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+        logits = model.predict(list(zip(*pairs)), batch_size=8, activation_fn=torch.nn.Identity(), convert_to_numpy=True,
+                               show_progress_bar=False)
         return np.asarray(logits, dtype=np.float32).reshape(len(pairs[0]), -1), "sentence-transformers CrossEncoder.predict"
     return _transformers_reference(source, texts), "transformers"
 

@@ -139,9 +139,10 @@ class Engine:
         return (await self.arun(ClassifyRequest(as_texts(texts, "texts"), truncate))).value
 
     def tokenize(self, text: str, text_pair: str | None = None, truncate: Truncation = True) -> list[int]:
+        """Token ids with special tokens; truncate=False returns every token, however long."""
         tokenizer, cut = self._tokenizer_for(truncate)
         if text_pair is None:
-            return tokenizer.encode([text], cut)[0].ids
+            return tokenizer.encode([text], cut, check_length=False)[0].ids
         return tokenizer.encode_pairs([text], [text_pair], cut)[0].ids
 
     # -- requests with usage and timings (what the server calls) ---------------------------------
@@ -249,7 +250,10 @@ class Engine:
 
         def classified(outputs: np.ndarray) -> list[Classification]:
             probs = ACTIVATIONS[self.manifest.activation](outputs) if self.manifest.task == "score" else softmax(outputs)
-            return [Classification(labels[int(np.argmax(p))], p.astype(float).tolist()) for p in probs]
+            return [
+                Classification(labels[int(np.argmax(p))], p.astype(float).tolist(), row.astype(float).tolist())
+                for p, row in zip(probs, outputs)
+            ]
 
         return _Plan(rows, classified)
 

@@ -57,6 +57,7 @@ class ClassifyRequest:
 class Classification:
     label: str
     probs: list[float]
+    logits: list[float]
 
 
 @dataclass(frozen=True)

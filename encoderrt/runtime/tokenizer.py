@@ -79,11 +79,13 @@ class TextTokenizer:
             rows.append(Tokens(ids, [0] * len(ids)))
         return rows
 
-    def encode(self, texts: Sequence[str], truncate: bool = True) -> list[Tokens]:
+    def encode(self, texts: Sequence[str], truncate: bool = True, check_length: bool = True) -> list[Tokens]:
+        """Without truncation an over-long text is InputTooLong, unless check_length is off (tokenize endpoints)."""
         if truncate:
             return [_tokens(e) for e in self._truncating.encode_batch(list(texts))]
         encodings = [_tokens(e) for e in self._plain.encode_batch(list(texts))]
-        self._check_lengths(encodings)
+        if check_length:
+            self._check_lengths(encodings)
         return encodings
 
     def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True) -> list[Tokens]:

@@ -1,0 +1,62 @@
+"""The app factory: settings and a model registry in, a FastAPI app out.
+
+Models load in a background thread started by the lifespan, so /health can answer 503 while a
+model compiles; routes answer 503 until the registry is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from encoderrt import __version__
+from encoderrt.server import openai, rerank, system, tei, vllm
+from encoderrt.server.errors import install_error_handlers
+from encoderrt.server.metrics import Metrics
+from encoderrt.server.middleware import ServerMiddleware
+from encoderrt.server.registry import ModelRegistry
+from encoderrt.server.settings import ServerSettings
+
+log = logging.getLogger("encoderrt.server")
+
+
+def create_app(
+    settings: ServerSettings,
+    models: ModelRegistry,
+    load: Callable[[], None] | None = None,
+    on_load_failure: Callable[[BaseException], None] | None = None,
+) -> FastAPI:
+    """`load` fills `models` (in a thread at start-up); without it, `models` must already be ready."""
+
+    def load_in_background() -> None:
+        try:
+            assert load is not None
+            load()
+        except BaseException as error:  # noqa: BLE001 - reported through /health and the failure callback
+            log.error("model loading failed: %s", error)
+            models.mark_failed(f"{type(error).__name__}: {error}")
+            if on_load_failure is not None:
+                on_load_failure(error)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if load is not None:
+            threading.Thread(target=load_in_background, name="encoderrt-load", daemon=True).start()
+        yield
+        models.close()
+
+    app = FastAPI(title="encoderrt", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.models = models
+    app.state.settings = settings
+    app.state.metrics = Metrics(models)
+    for dialect in (openai, vllm, rerank, tei, system):
+        app.include_router(dialect.router)
+    system.mount_docs(app)
+    install_error_handlers(app)
+    app.add_middleware(ServerMiddleware, metrics=app.state.metrics, api_key=settings.api_key,
+                       max_body_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,67 @@
+"""What every dialect's route does the same way: pick the model, check sizes, run, time the reply."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.requests import Completion, Truncation
+from encoderrt.server.errors import PayloadTooLarge
+from encoderrt.server.registry import ModelRegistry, ServedModel
+from encoderrt.server.responses import JSONResponse
+from encoderrt.server.settings import ServerSettings
+
+
+def models(request: Request) -> ModelRegistry:
+    return request.app.state.models
+
+
+def settings(request: Request) -> ServerSettings:
+    return request.app.state.settings
+
+
+def resolve(request: Request, name: str | None, verb: str) -> ServedModel:
+    return models(request).resolve(name, verb)
+
+
+def check_items(request: Request, items: Sequence[Any], field: str) -> None:
+    """Empty inputs are a client error; more items than --max-client-batch-size is 413."""
+    if len(items) == 0:
+        raise InvalidRequest(f"{field} must not be empty")
+    limit = settings(request).max_client_batch_size
+    if len(items) > limit:
+        raise PayloadTooLarge(f"{field} has {len(items)} items, above this server's limit of {limit} (--max-client-batch-size)")
+
+
+def truncation(truncate_prompt_tokens: int | None) -> Truncation:
+    """vLLM's truncate_prompt_tokens: unset or -1 means the model's limit, k cuts at k tokens."""
+    if truncate_prompt_tokens is None or truncate_prompt_tokens == -1:
+        return True
+    if truncate_prompt_tokens < 1:
+        raise InvalidRequest(f"truncate_prompt_tokens must be -1 or a positive number of tokens, got {truncate_prompt_tokens}")
+    return truncate_prompt_tokens
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def reply(body: Any, completion: Completion, started: float) -> Response:
+    """A JSON reply with TEI's timing headers (milliseconds)."""
+    timings = completion.timings
+    total = time.perf_counter() - started
+    headers = {
+        "x-compute-tokens": str(completion.prompt_tokens),
+        "x-compute-time": f"{(timings.queue + timings.inference) * 1000:.0f}",
+        "x-total-time": f"{total * 1000:.0f}",
+        "x-tokenization-time": f"{timings.tokenize * 1000:.0f}",
+        "x-queue-time": f"{timings.queue * 1000:.0f}",
+        "x-inference-time": f"{timings.inference * 1000:.0f}",
+    }
+    return JSONResponse(body, headers=headers)

@@ -1,0 +1,103 @@
+"""HTTP errors: one table from error kind to status, answered in OpenAI's error shape.
+
+    {"error": {"message": "...", "type": "invalid_request_error", "code": 400}}
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from encoderrt.runtime.errors import EngineClosed, EngineError, InferenceFailed, InvalidRequest, Overloaded
+from encoderrt.server.responses import JSONResponse
+
+
+class APIError(Exception):
+    """A server-level refusal with its own status (auth, size limits, routing, readiness)."""
+
+    status = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthorized(APIError):
+    status = 401
+
+
+class UnknownModel(APIError):
+    status = 404
+
+
+class PayloadTooLarge(APIError):
+    status = 413
+
+
+class NotReady(APIError):
+    status = 503
+
+
+STATUS: list[tuple[type[Exception], int]] = [
+    (InvalidRequest, 400),
+    (Overloaded, 429),
+    (EngineClosed, 503),
+    (InferenceFailed, 500),
+    (EngineError, 500),
+]
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"), "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def status_of(error: Exception) -> int:
+    if isinstance(error, APIError):
+        return error.status
+    for kind, status in STATUS:
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+def _validation_message(error: RequestValidationError) -> str:
+    parts = []
+    for item in error.errors()[:5]:
+        location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        parts.append(f"{location or 'body'}: {item.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(request: Request, error: Exception) -> Response:
+        status = status_of(error)
+        headers = {"Retry-After": "1"} if status == 429 else None
+        return error_response(status, str(error), headers)
+
+    async def on_validation_error(request: Request, error: RequestValidationError) -> Response:
+        return error_response(400, _validation_message(error))
+
+    async def on_http_error(request: Request, error: StarletteHTTPException) -> Response:
+        return error_response(error.status_code, str(error.detail))
+
+    async def on_recursion(request: Request, error: RecursionError) -> Response:
+        return error_response(400, "invalid request: the JSON body is nested too deeply")
+
+    app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(EngineError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(RecursionError, on_recursion)

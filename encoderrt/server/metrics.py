@@ -1,0 +1,58 @@
+"""Prometheus metrics: HTTP counters and latency per route, engine figures read at scrape time.
+
+Each app owns its CollectorRegistry, so two apps in one process (tests, several servers) never
+share counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from encoderrt.server.registry import ModelRegistry
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _EngineCollector:
+    def __init__(self, models: ModelRegistry):
+        self._models = models
+
+    def collect(self) -> Iterator[Metric]:
+        queue = GaugeMetricFamily("encoderrt_queue_depth", "Items waiting in the engine queue", labels=["model"])
+        efficiency = GaugeMetricFamily("encoderrt_padding_efficiency", "Real tokens / padded tokens over all batches", labels=["model"])
+        batches = CounterMetricFamily("encoderrt_batches", "Backend runs", labels=["model"])
+        rows = CounterMetricFamily("encoderrt_batch_rows", "Rows run in batches", labels=["model"])
+        tokens = CounterMetricFamily("encoderrt_batch_tokens", "Tokens run in batches", labels=["model", "kind"])
+        processed = CounterMetricFamily("encoderrt_tokens_processed", "Real tokens processed", labels=["model"])
+        items = CounterMetricFamily("encoderrt_engine_items", "Items submitted to the engine", labels=["model"])
+        for served in self._models.models():
+            stats = served.engine.stats.snapshot()
+            queue.add_metric([served.name], stats["queue_depth"])
+            efficiency.add_metric([served.name], stats["padding_efficiency"])
+            batches.add_metric([served.name], stats["batches"])
+            rows.add_metric([served.name], stats["batch_rows"])
+            tokens.add_metric([served.name, "real"], stats["real_tokens"])
+            tokens.add_metric([served.name, "padded"], stats["padded_tokens"])
+            processed.add_metric([served.name], stats["real_tokens"])
+            items.add_metric([served.name], stats["items"])
+        yield from (queue, efficiency, batches, rows, tokens, processed, items)
+
+
+class Metrics:
+    def __init__(self, models: ModelRegistry):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("encoderrt_http_requests", "HTTP requests by route and status", ["route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("encoderrt_http_request_duration_seconds", "HTTP request latency by route", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.registry.register(_EngineCollector(models))
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,82 @@
+"""One ASGI middleware for what every request needs: id, API key, body limit, metrics.
+
+Plain ASGI rather than BaseHTTPMiddleware: it adds no task per request and streams untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from encoderrt.server.errors import PayloadTooLarge, error_response
+from encoderrt.server.metrics import Metrics
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = ("/health", "/docs", "/docs-assets/", "/openapi.json")
+
+
+class ServerMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None, max_body_bytes: int):
+        self.app = app
+        self.metrics = metrics
+        self.api_key = api_key.encode() if api_key else None
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        status_holder = {"status": 500}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode("latin-1"))]
+            await send(message)
+
+        try:
+            refusal = self._refusal(scope["path"], headers)
+            if refusal is not None:
+                await refusal(scope, receive, send_with_id)
+                return
+            await self.app(scope, self._limited(receive), send_with_id)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe(route, status_holder["status"], time.perf_counter() - start)
+
+    def _refusal(self, path: str, headers: dict[str, str]):
+        if self.api_key and not path.startswith(OPEN_PATHS):
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key):
+                return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return error_response(413, f"request body of {length} bytes is above the limit of {self.max_body_bytes} bytes")
+        return None
+
+    def _limited(self, receive: Receive) -> Receive:
+        """Count streamed (chunked) bodies too; past the limit the route sees PayloadTooLarge."""
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise PayloadTooLarge(f"request body is above the limit of {self.max_body_bytes} bytes")
+            return message
+
+        return limited_receive

@@ -1,0 +1,71 @@
+"""OpenAI embeddings dialect: POST /v1/embeddings, GET /v1/models."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Literal
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from encoderrt.runtime.requests import EmbedRequest
+from encoderrt.server import common
+from encoderrt.server.responses import JSONResponse
+
+router = APIRouter(tags=["OpenAI"])
+
+
+class EmbeddingsBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    input: str | list[str] | list[int] | list[list[int]] = Field(description="text, texts, token ids or lists of token ids")
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = Field(default=None, description="accepted for compatibility; not used")
+    truncate_prompt_tokens: int | None = Field(default=None, description="vLLM extension: -1 or unset cuts at the model's limit")
+
+
+def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":  # little-endian float32, as OpenAI sends it
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector
+
+
+@router.post("/v1/embeddings")
+async def create_embeddings(body: EmbeddingsBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, body.model, "embed")
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    common.check_items(request, inputs, "input")
+    truncate = common.truncation(body.truncate_prompt_tokens)
+    if isinstance(inputs[0], list) or isinstance(inputs[0], int):
+        token_ids = [inputs] if isinstance(inputs[0], int) else inputs
+        engine_request = EmbedRequest(token_ids=token_ids, dimensions=body.dimensions, truncate=truncate)
+    else:
+        engine_request = EmbedRequest(texts=inputs, dimensions=body.dimensions, truncate=truncate)
+    completion = await served.engine.arun(engine_request)
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}
+        for i, vector in enumerate(completion.value)
+    ]
+    usage = {"prompt_tokens": completion.prompt_tokens, "total_tokens": completion.prompt_tokens}
+    return common.reply({"object": "list", "data": data, "model": served.name, "usage": usage}, completion, started)
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    data = [
+        {
+            "id": served.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "encoderrt",
+            "task": served.engine.info.task,
+            "max_model_len": served.engine.info.max_length,
+        }
+        for served in common.models(request).models()
+    ]
+    return JSONResponse({"object": "list", "data": data})

@@ -1,0 +1,79 @@
+"""The served models, by name, and which one answers a request.
+
+Built at start-up (possibly in the background while models compile) and handed to the routes
+through app.state; nothing here is global.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from encoderrt.runtime import Engine
+from encoderrt.server.errors import NotReady, UnknownModel
+from encoderrt.runtime.errors import InvalidRequest
+
+# which model tasks can answer each verb, best first (an embedding model scores by cosine)
+VERB_TASKS: dict[str, tuple[str, ...]] = {
+    "embed": ("embed",),
+    "score": ("score", "embed"),
+    "rerank": ("score", "embed"),
+    "classify": ("classify", "score"),
+    "tokenize": ("embed", "score", "classify"),
+}
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    engine: Engine
+
+
+class ModelRegistry:
+    def __init__(self) -> None:
+        self._models: dict[str, ServedModel] = {}
+        self._ready = threading.Event()
+        self.failure: str | None = None
+        self.status = "loading"
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def add(self, name: str, engine: Engine) -> None:
+        if name in self._models:
+            raise ValueError(f"two models are served as '{name}': give each a distinct --served-model-name")
+        self._models[name] = ServedModel(name, engine)
+
+    def mark_ready(self) -> None:
+        self.status = "ready"
+        self._ready.set()
+
+    def mark_failed(self, message: str) -> None:
+        self.status = "failed"
+        self.failure = message
+
+    def models(self) -> list[ServedModel]:
+        return list(self._models.values())
+
+    def resolve(self, name: str | None, verb: str) -> ServedModel:
+        if not self.ready:
+            raise NotReady(f"the server is not ready: {self.failure or 'models are still loading'}")
+        if name:
+            served = self._models.get(name)
+            if served is None:
+                raise UnknownModel(f"model '{name}' is not served here; served models: {', '.join(self._models)}")
+            return served
+        for task in VERB_TASKS[verb]:
+            candidates = [m for m in self._models.values() if m.engine.info.task == task]
+            if len(candidates) == 1:
+                return candidates[0]
+            if candidates:
+                names = ", ".join(m.name for m in candidates)
+                raise InvalidRequest(f"several models can answer {verb} ({names}): name one in the 'model' field")
+        raise InvalidRequest(f"no served model can answer {verb}; served models: "
+                             + ", ".join(f"{m.name} ({m.engine.info.task})" for m in self._models.values()))
+
+    def close(self) -> None:
+        for served in self._models.values():
+            served.engine.close()

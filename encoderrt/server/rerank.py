@@ -1,0 +1,63 @@
+"""Cohere / Jina rerank dialect: POST /rerank, /v1/rerank (Jina) and /v2/rerank (Cohere).
+
+POST /rerank also answers TEI's body (`texts` instead of `documents`) in TEI's shape, since both
+APIs claim that path.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from encoderrt.runtime.requests import RerankRequest
+from encoderrt.server import common
+from encoderrt.server.tei import TEIRerankBody, rerank_tei
+
+router = APIRouter(tags=["Rerank"])
+
+
+class DocumentObject(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str
+
+
+class RerankBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    query: str
+    documents: list[str | DocumentObject]
+    top_n: int | None = None
+    return_documents: bool = True
+    truncate_prompt_tokens: int | None = None
+
+
+async def _rerank(body: RerankBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, body.model, "rerank")
+    common.check_items(request, body.documents, "documents")
+    texts = [d if isinstance(d, str) else d.text for d in body.documents]
+    completion = await served.engine.arun(
+        RerankRequest(body.query, texts, body.top_n, common.truncation(body.truncate_prompt_tokens)))
+    results = [
+        {"index": index, "relevance_score": score, **({"document": {"text": texts[index]}} if body.return_documents else {})}
+        for index, score in completion.value
+    ]
+    payload = {"id": common.new_id("rerank"), "model": served.name, "usage": {"total_tokens": completion.prompt_tokens},
+               "results": results}
+    return common.reply(payload, completion, started)
+
+
+@router.post("/rerank")
+async def rerank(body: RerankBody | TEIRerankBody, request: Request) -> Response:
+    if isinstance(body, TEIRerankBody):
+        return await rerank_tei(body, request)
+    return await _rerank(body, request)
+
+
+@router.post("/v1/rerank")
+@router.post("/v2/rerank")
+async def rerank_versioned(body: RerankBody, request: Request) -> Response:
+    return await _rerank(body, request)

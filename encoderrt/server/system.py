@@ -1,0 +1,47 @@
+"""Operations routes: health, Prometheus metrics, and API docs served without a CDN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import HTMLResponse, Response
+
+from encoderrt.server import common
+from encoderrt.server.responses import JSONResponse
+
+router = APIRouter(tags=["Operations"])
+DOCS_ASSETS = "/docs-assets"
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    registry = common.models(request)
+    if registry.ready:
+        return JSONResponse({"status": "ok", "models": [m.name for m in registry.models()]})
+    body = {"status": registry.status, **({"error": registry.failure} if registry.failure else {})}
+    return JSONResponse(body, status_code=503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def mount_docs(app: FastAPI) -> None:
+    """Swagger UI from the swagger-ui-bundle package's files: these machines are offline."""
+    import swagger_ui_bundle
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=Path(swagger_ui_bundle.swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="encoderrt API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )

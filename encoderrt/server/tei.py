@@ -1,0 +1,102 @@
+"""Hugging Face text-embeddings-inference dialect: POST /embed, /predict, and /rerank's TEI body."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest, as_texts
+from encoderrt.server import common
+
+router = APIRouter(tags=["TEI"])
+
+
+class EmbedBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: str | list[str]
+    normalize: bool = True
+    truncate: bool = False
+    dimensions: int | None = None
+
+
+class PredictBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: str | list[str] | list[list[str]]
+    raw_scores: bool = False
+    truncate: bool = False
+
+
+class TEIRerankBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    query: str
+    texts: list[str]
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = False
+
+
+@router.post("/embed")
+async def embed(body: EmbedBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, None, "embed")
+    texts = as_texts(body.inputs, "inputs")
+    common.check_items(request, texts, "inputs")
+    completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate))
+    return common.reply(completion.value, completion, started)
+
+
+def _predict_inputs(inputs: str | list[str] | list[list[str]]) -> tuple[list[tuple[str, ...]], bool]:
+    """TEI's rules: a string, or [text, pair], is one input; a list of [text] / [text, pair] is a batch."""
+    if isinstance(inputs, str):
+        return [(inputs,)], False
+    if len(inputs) == 2 and all(isinstance(x, str) for x in inputs):
+        return [(inputs[0], inputs[1])], False
+    batch = []
+    for index, item in enumerate(inputs):
+        sequence = (item,) if isinstance(item, str) else tuple(item)
+        if len(sequence) not in (1, 2):
+            raise InvalidRequest(f"inputs[{index}] must be a text or a [text, text_pair] pair")
+        batch.append(sequence)
+    return batch, True
+
+
+@router.post("/predict")
+async def predict(body: PredictBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, None, "classify")
+    sequences, batched = _predict_inputs(body.inputs)
+    common.check_items(request, sequences, "inputs")
+    info = served.engine.info
+    pairs = [s for s in sequences if len(s) == 2]
+    if pairs and len(pairs) != len(sequences):
+        raise InvalidRequest("inputs mix single texts and pairs; send one kind per request")
+    if pairs:
+        completion = await served.engine.arun(
+            ScoreRequest([p[0] for p in pairs], [p[1] for p in pairs], body.truncate, activation=not body.raw_scores))
+        predictions = [[{"score": score, "label": info.labels[0]}] for score in completion.value]
+    else:
+        completion = await served.engine.arun(ClassifyRequest([s[0] for s in sequences], body.truncate))
+        predictions = []
+        for result in completion.value:
+            scores = result.logits if body.raw_scores else result.probs
+            ranked = sorted(zip(scores, info.labels), key=lambda x: -x[0])
+            predictions.append([{"score": score, "label": label} for score, label in ranked])
+    return common.reply(predictions if batched else predictions[0], completion, started)
+
+
+async def rerank_tei(body: TEIRerankBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, None, "rerank")
+    common.check_items(request, body.texts, "texts")
+    completion = await served.engine.arun(
+        RerankRequest(body.query, body.texts, None, body.truncate, activation=not body.raw_scores))
+    results = [
+        {"index": index, "score": score, **({"text": body.texts[index]} if body.return_text else {})}
+        for index, score in completion.value
+    ]
+    return common.reply(results, completion, started)
+
