@@ -8,6 +8,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from controlled_backend import controlled  # noqa: E402,F401 - shared fixture
+
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:

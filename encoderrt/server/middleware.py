@@ -11,7 +11,9 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from encoderrt.server.errors import PayloadTooLarge, error_response
+from starlette.exceptions import HTTPException
+
+from encoderrt.server.errors import error_response
 from encoderrt.server.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -76,7 +78,8 @@ class ServerMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
-                    raise PayloadTooLarge(f"request body is above the limit of {self.max_body_bytes} bytes")
+                    # an HTTPException, since FastAPI turns anything else raised while reading the body into a 400
+                    raise HTTPException(413, f"request body is above the limit of {self.max_body_bytes} bytes")
             return message
 
         return limited_receive

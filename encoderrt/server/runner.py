@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -12,12 +15,23 @@ from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would end with -15; a drained
+    shutdown is what SIGTERM asks for, and it exits 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+
+
 def run_server(settings: ServerSettings, specs: list[ModelSpec]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:     %(message)s")
     logging.getLogger("encoderrt").setLevel(logging.INFO)
     registry = ModelRegistry()
     failures: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: _Server | None = None
 
     def on_load_failure(error: BaseException) -> None:
         failures.append(error)
@@ -34,6 +48,6 @@ def run_server(settings: ServerSettings, specs: list[ModelSpec]) -> int:
         log_level="info",
         timeout_graceful_shutdown=int(settings.graceful_shutdown_s),
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     server.run()
     return 1 if failures else 0

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from encoderrt import Engine
-from encoderrt.runtime import engine as engine_module
 from encoderrt.runtime.errors import InferenceFailed, InputTooLong, InvalidRequest, Overloaded
 from encoderrt.runtime.manifest import ManifestError
 
@@ -22,42 +21,6 @@ TEXTS = [
     "short query",
     " ".join(["long passage"] * 200),
 ]
-
-
-class ControlledBackend:
-    """Wraps a real backend: can hold a batch at a gate, or fail the next run."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.input_names = inner.input_names
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.fail_next = False
-        self.batches: list[tuple[int, int]] = []
-
-    def run(self, feeds):
-        self.batches.append(feeds["input_ids"].shape)
-        self.entered.set()
-        assert self.gate.wait(30), "test gate never opened"
-        if self.fail_next:
-            self.fail_next = False
-            raise RuntimeError("simulated device fault")
-        return self.inner.run(feeds)
-
-
-@pytest.fixture
-def controlled(monkeypatch):
-    """Engine.load whose backend is a ControlledBackend; yields (load, backends)."""
-    backends = []
-    real_load = engine_module.load_backend
-
-    def load_backend(*args, **kwargs):
-        backends.append(ControlledBackend(real_load(*args, **kwargs)))
-        return backends[-1]
-
-    monkeypatch.setattr(engine_module, "load_backend", load_backend)
-    return backends
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,165 @@
+"""Every error case with its status code and OpenAI-style body; the server keeps serving afterwards."""
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from encoderrt import Engine
+from encoderrt.server import ServerSettings, create_app
+from encoderrt.server.registry import ModelRegistry
+from server_helpers import ready_registry, running_server
+
+
+def assert_error(response, status, *fragments):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "code"} and error["code"] == status
+    for fragment in fragments:
+        assert fragment in error["message"], error["message"]
+    return error
+
+
+@pytest.mark.parametrize(
+    "path, body, fragments",
+    [
+        ("/v1/embeddings", {"model": "minilm", "input": []}, ["input must not be empty"]),
+        ("/v1/embeddings", {"model": "minilm", "input": [1.5, "x"]}, ["input"]),
+        ("/v1/embeddings", {"model": "minilm"}, ["input", "Field required"]),
+        ("/v1/embeddings", {"model": "minilm", "input": "x", "dimensions": 0}, ["dimensions must be an integer from 1 to 384"]),
+        ("/v1/embeddings", {"model": "minilm", "input": "x", "dimensions": 10**30}, ["dimensions"]),
+        ("/v1/embeddings", {"model": "minilm", "input": "x", "encoding_format": "int8"}, ["encoding_format"]),
+        ("/v1/embeddings", {"model": "minilm", "input": [[101, 10**12]]}, ["token ids of input 0"]),
+        ("/embed", {"inputs": "fox " * 400, "truncate": False}, ["input 0 is 402 tokens long", "limit of 256"]),
+        ("/score", {"model": "reranker", "text_1": ["a", "b"], "text_2": "c"}, ["text_1 is a list of 2 texts"]),
+        ("/score", {"model": "reranker", "text_1": ["a", "b"], "text_2": ["c"]}, ["text_1 has 2 texts and text_2 has 1"]),
+        ("/score", {"model": "reranker", "text_1": "a", "text_2": []}, ["text_2 must not be empty"]),
+        ("/rerank", {"model": "reranker", "query": "q", "documents": ["a"], "top_n": 0}, ["top_n must be a positive integer"]),
+        ("/rerank", {"model": "reranker", "query": "q", "documents": []}, ["documents must not be empty"]),
+        ("/v1/rerank", {"model": "reranker", "query": 5, "documents": ["a"]}, ["query"]),
+        ("/v1/embeddings", {"model": "reranker", "input": "x"}, ["embed is not available for this score model"]),
+        ("/score", {"model": "reranker", "text_1": "a", "text_2": "b", "truncate_prompt_tokens": 100000}, ["truncation length"]),
+    ],
+)
+def test_invalid_requests_are_400(client, path, body, fragments):
+    assert_error(client.post(path, json=body), 400, *fragments)
+
+
+def test_unknown_model_is_404_with_the_served_names(client):
+    assert_error(client.post("/v1/embeddings", json={"model": "gpt-4", "input": "x"}), 404,
+                 "model 'gpt-4' is not served", "minilm", "reranker", "classifier")
+
+
+def test_too_many_items_is_413(client):
+    assert_error(client.post("/v1/embeddings", json={"model": "minilm", "input": ["x"] * 65}), 413,
+                 "65 items", "limit of 64")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"model": "minilm", "input": "x"',  # malformed JSON
+        b'{"model": "minilm", "input": "\xff\xfe"}',  # invalid UTF-8
+        b'{"model": "minilm", "input": "x", "dimensions": NaN}',
+        b'{"model": "minilm", "input": "x", "dimensions": 1e999}',
+        b'{"model": "minilm", "input": ' + b"[" * 50000 + b"]" * 50000 + b"}",  # deeply nested
+        b"[1, 2, 3]",
+        b"",
+    ],
+)
+def test_hostile_bodies_are_4xx(client, content):
+    response = client.post("/v1/embeddings", content=content, headers={"content-type": "application/json"})
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:200])
+    assert "error" in response.json()
+    assert client.get("/health").status_code == 200
+
+
+def test_body_size_limit(minilm_fp32):
+    engine = Engine.load(minilm_fp32.path, max_batch_tokens=512)
+    with running_server(create_app(ServerSettings(max_body_bytes=1000), ready_registry(minilm=engine))) as url:
+        big = {"input": "word " * 400}
+        assert_error(httpx.post(f"{url}/v1/embeddings", json=big), 413, "above the limit of 1000 bytes")
+
+        def chunks():  # no Content-Length: the limit must hold on the stream too
+            yield b'{"input": "'
+            for _ in range(50):
+                yield b"word " * 10
+            yield b'"}'
+
+        assert_error(httpx.post(f"{url}/v1/embeddings", content=chunks()), 413, "above the limit")
+        assert httpx.post(f"{url}/v1/embeddings", json={"input": "small"}).status_code == 200
+
+
+def test_api_key(minilm_fp32):
+    engine = Engine.load(minilm_fp32.path, max_batch_tokens=512)
+    with running_server(create_app(ServerSettings(api_key="s3cret"), ready_registry(minilm=engine))) as url:
+        body = {"input": "x"}
+        assert_error(httpx.post(f"{url}/v1/embeddings", json=body), 401, "API key")
+        assert_error(httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "Bearer wrong"}), 401)
+        assert_error(httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "s3cret"}), 401)
+        ok = httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200  # load balancers probe without a key
+        assert httpx.get(f"{url}/metrics").status_code == 401
+
+
+def test_full_queue_is_429_with_retry_after(controlled, tiny_artifacts):
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=64, max_queue_items=4, max_wait_ms=0)
+    backend = controlled[0]
+    backend.gate.clear()
+    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url, ThreadPoolExecutor(4) as pool:
+        first = pool.submit(httpx.post, f"{url}/embed", json={"inputs": "holds the backend"}, timeout=30)
+        assert backend.entered.wait(10)
+        queued = pool.submit(httpx.post, f"{url}/embed", json={"inputs": ["a", "b", "c", "d"]}, timeout=30)
+        while engine.stats.snapshot()["queue_depth"] < 4:
+            time.sleep(0.005)
+        refused = httpx.post(f"{url}/embed", json={"inputs": "one too many"})
+        error = assert_error(refused, 429, "queue is full")
+        assert error["type"] == "rate_limit_error" and refused.headers["retry-after"] == "1"
+        backend.gate.set()
+        assert first.result().status_code == 200 and queued.result().status_code == 200
+
+
+def test_internal_failure_is_500_and_the_server_keeps_serving(controlled, tiny_artifacts):
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
+    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
+        controlled[0].fail_next = True
+        assert_error(httpx.post(f"{url}/embed", json={"inputs": "x"}), 500, "inference failed", "simulated device fault")
+        assert httpx.post(f"{url}/embed", json={"inputs": "x"}).status_code == 200
+
+
+def test_503_while_loading(tiny_artifacts):
+    release = threading.Event()
+    registry = ModelRegistry()
+
+    def load():
+        release.wait(30)
+        registry.add("st", Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256))
+        registry.mark_ready()
+
+    with running_server(create_app(ServerSettings(), registry, load=load)) as url:
+        assert httpx.get(f"{url}/health").status_code == 503
+        assert_error(httpx.post(f"{url}/embed", json={"inputs": "x"}), 503, "not ready")
+        release.set()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert httpx.post(f"{url}/embed", json={"inputs": "x"}).status_code == 200
+
+
+def test_failed_load_is_reported_by_health(tmp_path):
+    registry = ModelRegistry()
+
+    def load():
+        Engine.load(tmp_path / "missing")
+
+    with running_server(create_app(ServerSettings(), registry, load=load)) as url:
+        deadline = time.monotonic() + 10
+        while registry.status != "failed":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        body = httpx.get(f"{url}/health").json()
+        assert body["status"] == "failed" and "artifact folder not found" in body["error"]

@@ -1,0 +1,183 @@
+"""Every route over a real uvicorn server: response shapes field by field, values against Engine."""
+
+import base64
+
+import numpy as np
+import openai
+import pytest
+
+TEXTS = ["how do rivers form", "Rivers form when water flows downhill from a source such as a spring.", "café ☕"]
+
+
+def test_openai_client_default_base64_matches_engine(url, engines):
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    response = client.embeddings.create(model="minilm", input=TEXTS)
+    expected = engines["minilm"].embed(TEXTS)
+    assert response.model == "minilm" and response.object == "list"
+    assert [d.index for d in response.data] == [0, 1, 2]
+    np.testing.assert_allclose(np.array([d.embedding for d in response.data]), expected, atol=1e-6)
+    tokens = sum(len(engines["minilm"].tokenize(t)) for t in TEXTS)
+    assert response.usage.prompt_tokens == tokens and response.usage.total_tokens == tokens
+
+
+def test_openai_client_float_and_dimensions(url, engines):
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+    response = client.embeddings.create(model="minilm", input="one text", encoding_format="float", dimensions=32)
+    assert len(response.data) == 1 and len(response.data[0].embedding) == 32
+    np.testing.assert_allclose(response.data[0].embedding, engines["minilm"].embed(["one text"], dimensions=32)[0], atol=1e-6)
+
+
+def test_embeddings_raw_shape_and_token_ids(client, engines):
+    ids = engines["minilm"].tokenize("token ids work too")
+    body = client.post("/v1/embeddings", json={"input": [ids], "encoding_format": "base64"}).json()
+    assert set(body) == {"object", "data", "model", "usage"}
+    assert body["data"][0]["object"] == "embedding" and body["data"][0]["index"] == 0
+    vector = np.frombuffer(base64.b64decode(body["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(vector, engines["minilm"].embed(["token ids work too"])[0], atol=1e-6)
+    single = client.post("/v1/embeddings", json={"input": ids}).json()
+    np.testing.assert_allclose(single["data"][0]["embedding"], vector, atol=1e-6)
+    assert body["usage"] == {"prompt_tokens": len(ids), "total_tokens": len(ids)}
+
+
+def test_vllm_score_shapes(client, engines):
+    for path in ("/score", "/v1/score"):
+        response = client.post(path, json={"model": "reranker", "text_1": "the fox", "text_2": ["the dog", "a fox", "café"]})
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"id", "object", "created", "model", "data", "usage"}
+        assert body["object"] == "list" and body["model"] == "reranker" and body["id"].startswith("score-")
+        assert isinstance(body["created"], int)
+        assert [d["index"] for d in body["data"]] == [0, 1, 2] and {d["object"] for d in body["data"]} == {"score"}
+        expected = engines["reranker"].score("the fox", ["the dog", "a fox", "café"])
+        assert [d["score"] for d in body["data"]] == pytest.approx(expected, abs=1e-6)
+        assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+    pairwise = client.post("/score", json={"model": "reranker", "text_1": ["a", "b"], "text_2": ["c", "d"]}).json()
+    assert [d["score"] for d in pairwise["data"]] == pytest.approx(engines["reranker"].score(["a", "b"], ["c", "d"]), abs=1e-6)
+    one = client.post("/score", json={"model": "reranker", "text_1": "a", "text_2": "c"}).json()
+    assert len(one["data"]) == 1
+
+
+def test_score_without_model_prefers_the_cross_encoder(client, engines):
+    body = client.post("/score", json={"text_1": "fox", "text_2": "dog"}).json()
+    assert body["model"] == "reranker"
+    embedding_score = client.post("/score", json={"model": "minilm", "text_1": "fox", "text_2": "dog"}).json()
+    assert embedding_score["data"][0]["score"] == pytest.approx(engines["minilm"].score("fox", "dog")[0], abs=1e-6)
+
+
+@pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])
+def test_jina_and_cohere_rerank(client, engines, path):
+    documents = ["the lazy dog", "quick brown fox jumps", {"text": "the fox"}, "café"]
+    texts = ["the lazy dog", "quick brown fox jumps", "the fox", "café"]
+    body = client.post(path, json={"model": "reranker", "query": "the quick fox", "documents": documents, "top_n": 3}).json()
+    assert set(body) == {"id", "model", "usage", "results"} and body["model"] == "reranker"
+    expected = engines["reranker"].rerank("the quick fox", texts, top_n=3)
+    assert [(r["index"], r["relevance_score"]) for r in body["results"]] == [(i, pytest.approx(s, abs=1e-6)) for i, s in expected]
+    assert [r["document"]["text"] for r in body["results"]] == [texts[i] for i, _ in expected]
+    assert body["usage"]["total_tokens"] > 0
+    bare = client.post(path, json={"query": "fox", "documents": texts, "return_documents": False}).json()
+    assert len(bare["results"]) == 4 and all(set(r) == {"index", "relevance_score"} for r in bare["results"])
+
+
+def test_tei_rerank_shape(client, engines):
+    texts = ["the lazy dog", "quick brown fox", "café"]
+    body = client.post("/rerank", json={"query": "fox", "texts": texts, "return_text": True}).json()
+    expected = engines["reranker"].rerank("fox", texts)
+    assert [(r["index"], r["score"], r["text"]) for r in body] == [(i, pytest.approx(s, abs=1e-6), texts[i]) for i, s in expected]
+    raw = client.post("/rerank", json={"query": "fox", "texts": texts, "raw_scores": True}).json()
+    logits = engines["reranker"].score("fox", texts, activation=False)
+    assert sorted(r["score"] for r in raw) == pytest.approx(sorted(logits), abs=1e-5)
+    assert all(set(r) == {"index", "score"} for r in raw)
+
+
+def test_classify(client, engines):
+    body = client.post("/classify", json={"model": "classifier", "input": ["the fox", "привет"]}).json()
+    assert set(body) == {"id", "object", "created", "model", "data", "usage"}
+    expected = engines["classifier"].classify(["the fox", "привет"])
+    for item, want in zip(body["data"], expected):
+        assert item["label"] == want.label and item["num_classes"] == 3
+        assert item["probs"] == pytest.approx(want.probs, abs=1e-6)
+    assert [d["index"] for d in body["data"]] == [0, 1]
+
+
+def test_tei_embed_and_predict(client, engines):
+    body = client.post("/embed", json={"inputs": TEXTS}).json()
+    np.testing.assert_allclose(np.array(body), engines["minilm"].embed(TEXTS), atol=1e-6)
+    raw = client.post("/embed", json={"inputs": "x", "normalize": False, "dimensions": 8}).json()
+    np.testing.assert_allclose(raw[0], engines["minilm"].embed(["x"], normalize=False, dimensions=8)[0], atol=1e-6)
+    single = client.post("/predict", json={"inputs": "the fox"}).json()
+    want = engines["classifier"].classify(["the fox"])[0]
+    assert [p["score"] for p in single] == pytest.approx(sorted(want.probs, reverse=True), abs=1e-6)
+    assert single[0]["label"] == want.label
+    batch = client.post("/predict", json={"inputs": [["the fox"], ["dog"]]}).json()
+    assert len(batch) == 2 and len(batch[0]) == 3
+
+
+def test_predict_pairs_on_a_cross_encoder(tiny_artifacts):
+    import httpx
+
+    from encoderrt import Engine
+    from encoderrt.server import ServerSettings, create_app
+    from server_helpers import ready_registry, running_server
+
+    engine = Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=512)
+    with running_server(create_app(ServerSettings(), ready_registry(ce=engine))) as base:
+        pair = httpx.post(f"{base}/predict", json={"inputs": ["the fox", "the dog"]}).json()
+        assert pair == [{"score": pytest.approx(engine.score("the fox", "the dog")[0], abs=1e-6), "label": "LABEL_0"}]
+        batch = httpx.post(f"{base}/predict", json={"inputs": [["a", "b"], ["c", "d"]], "raw_scores": True}).json()
+        assert [p[0]["score"] for p in batch] == pytest.approx(engine.score(["a", "c"], ["b", "d"], activation=False), abs=1e-5)
+
+
+def test_tokenize_models_health(client, engines):
+    body = client.post("/tokenize", json={"model": "minilm", "prompt": "hello world"}).json()
+    assert body == {"count": 4, "max_model_len": 256, "tokens": engines["minilm"].tokenize("hello world")}
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert {m["id"]: m["task"] for m in models["data"]} == {"minilm": "embed", "reranker": "score", "classifier": "classify"}
+    assert client.get("/health").json() == {"status": "ok", "models": ["minilm", "reranker", "classifier"]}
+
+
+def test_headers_carry_request_id_and_timings(client):
+    response = client.post("/v1/embeddings", json={"model": "minilm", "input": "x"}, headers={"x-request-id": "abc-123"})
+    assert response.headers["x-request-id"] == "abc-123"
+    for header in ("x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-time", "x-compute-tokens"):
+        assert int(response.headers[header]) >= 0
+    assert len(client.get("/health").headers["x-request-id"]) == 32
+
+
+def test_metrics(client):
+    client.post("/v1/embeddings", json={"model": "minilm", "input": ["metrics"]})
+    client.post("/v1/embeddings", json={"model": "nope", "input": ["metrics"]})
+    text = client.get("/metrics").text
+    assert 'encoderrt_http_requests_total{route="/v1/embeddings",status="200"}' in text
+    assert 'encoderrt_http_requests_total{route="/v1/embeddings",status="404"}' in text
+    assert 'encoderrt_http_request_duration_seconds_bucket{le="0.005",route="/v1/embeddings"}' in text
+    for name in ('encoderrt_queue_depth{model="minilm"}', 'encoderrt_padding_efficiency{model="minilm"}',
+                 'encoderrt_tokens_processed_total{model="minilm"}', 'encoderrt_batch_tokens_total{kind="padded",model="minilm"}'):
+        assert name in text
+
+
+def test_docs_work_offline(client):
+    page = client.get("/docs").text
+    assert "/docs-assets/swagger-ui-bundle.js" in page and "cdn" not in page.lower()
+    assert client.get("/docs-assets/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/docs-assets/swagger-ui.css").status_code == 200
+    schema = client.get("/openapi.json").json()
+    assert {"/v1/embeddings", "/score", "/v1/score", "/rerank", "/v2/rerank", "/classify", "/embed", "/predict"} <= set(schema["paths"])
+
+
+def test_concurrent_clients_get_their_own_results(url, engines):
+    import asyncio
+
+    import httpx
+
+    async def main():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            bodies = [[f"client {i} text {j}" for j in range(3)] for i in range(32)]
+            responses = await asyncio.gather(*(http.post("/v1/embeddings", json={"model": "minilm", "input": b}) for b in bodies))
+            return bodies, responses
+
+    bodies, responses = asyncio.run(main())
+    for texts, response in zip(bodies, responses):
+        assert response.status_code == 200
+        got = np.array([d["embedding"] for d in response.json()["data"]])
+        np.testing.assert_allclose(got, engines["minilm"].embed(texts), atol=1e-5)

@@ -1,0 +1,45 @@
+"""Running a real uvicorn server from tests."""
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
+
+from encoderrt import Engine
+from encoderrt.server.registry import ModelRegistry
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(app):
+    """A real uvicorn server on a free loopback port, in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def ready_registry(**engines: Engine) -> ModelRegistry:
+    registry = ModelRegistry()
+    for name, engine in engines.items():
+        registry.add(name, engine)
+    registry.mark_ready()
+    return registry
+
+
