@@ -1,7 +1,8 @@
 """The one batching loop: rows from every caller -> token-budget batches -> backend runs.
 
 Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session)
-form batches under a padded-token budget, sorting the waiting rows by length so that rows of
+form batches under a padded-token budget (waiting up to max_wait for company only while
+requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
 similar length run together, and always running the batch that holds the oldest row so that
 nothing starves. Identical rows are computed once, whoever asked for them. A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs.
@@ -108,6 +109,9 @@ class Scheduler:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
+        self._last_arrival = 0.0
+        self._arrival_gap = float("inf")
+        """Smoothed time between submissions: waiting for company only pays when company comes soon."""
         self._threads = [
             threading.Thread(target=self._loop, args=(backend,), name=f"encoderrt-batcher-{i}", daemon=True)
             for i, backend in enumerate(backends)
@@ -128,6 +132,10 @@ class Scheduler:
             if self._pending_items + len(rows) > self._max_queue_items:
                 self._stats.add(overloaded=1)
                 raise Overloaded(f"the engine's queue is full ({self._pending_items} items waiting); retry later")
+            now = time.perf_counter()
+            gap = now - self._last_arrival
+            self._arrival_gap = gap if self._arrival_gap == float("inf") else 0.7 * self._arrival_gap + 0.3 * gap
+            self._last_arrival = now
             duplicates = 0
             for index, tokens in enumerate(rows):
                 key = (tuple(tokens.ids), tuple(tokens.type_ids))
@@ -167,7 +175,8 @@ class Scheduler:
                     self._cond.wait()
                     continue
                 waited = time.perf_counter() - next(iter(self._rows.values())).enqueued
-                if self._pending_tokens < self.max_batch_tokens and waited < self._max_wait:
+                company_expected = self._arrival_gap < self._max_wait
+                if company_expected and self._pending_tokens < self.max_batch_tokens and waited < self._max_wait:
                     self._cond.wait(self._max_wait - waited)
                     continue
                 batch = self._take_batch()
