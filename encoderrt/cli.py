@@ -138,6 +138,74 @@ def _run_serve(args: argparse.Namespace) -> int:
     return run_server(settings, specs)
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels must be positive, got '{text}'")
+    return values
+
+
+def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", nargs="?", type=Path, default=None, metavar="ARTIFACT_OR_MODEL",
+                        help="artifact or model folder (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--workload", choices=["queries", "passages", "rerank", "all"], default="all")
+    parser.add_argument("--mode", choices=["engine", "http", "both"], default="engine")
+    parser.add_argument("--concurrency", type=_int_list, default=(1, 8, 32), metavar="1,8,32")
+    parser.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds per run (at least one pass)")
+    parser.add_argument("--reference", action="store_true", help="also run sentence-transformers fp32 on the same texts")
+    parser.add_argument("--out", type=Path, default=Path("bench-report"), metavar="DIR")
+    parser.add_argument("--check", type=Path, default=None, metavar="BASELINE.json", help="exit 1 if a ratio regressed")
+    parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--write-baseline", type=Path, default=None, metavar="BASELINE.json")
+    parser.add_argument("--texts", type=Path, default=None, metavar="FILE", help="your own texts: one per line, or JSONL")
+    parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N")
+    parser.add_argument("--scale", type=float, default=1.0, help="workload size factor")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from encoderrt.bench.command import BenchOptions, run_bench
+    from encoderrt.runtime.manifest import ManifestError
+
+    console = Console(stderr=True, highlight=False)
+    if args.target is not None and not args.target.is_dir():
+        console.print(f"[red]error:[/] model or artifact folder not found: {args.target}")
+        return 2
+    if args.check is not None and not args.check.is_file():
+        console.print(f"[red]error:[/] baseline not found: {args.check}")
+        return 2
+    if not 0 <= args.tolerance < 1:
+        console.print(f"[red]error:[/] --tolerance must be in [0, 1), got {args.tolerance}")
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _silence_library_chatter()
+    options = BenchOptions(
+        target=args.target,
+        workloads=("queries", "passages", "rerank") if args.workload == "all" else (args.workload,),
+        modes=("engine", "http") if args.mode == "both" else (args.mode,),
+        concurrency=args.concurrency,
+        duration=args.duration,
+        reference=args.reference,
+        out=args.out,
+        check=args.check,
+        tolerance=args.tolerance,
+        write_baseline=args.write_baseline,
+        texts_file=args.texts,
+        max_batch_tokens=args.max_batch_tokens,
+        scale=args.scale,
+    )
+    try:
+        return run_bench(options, console)
+    except (ValueError, FileNotFoundError, ManifestError, CompileError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        return 130
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="encoderrt", description="Compile and serve encoder models.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser("serve", help="serve models over HTTP (OpenAI, vLLM, Cohere/Jina, TEI APIs)")
     _add_serve_arguments(serve_parser)
     serve_parser.set_defaults(handler=_run_serve)
+    bench_parser = commands.add_parser("bench", help="performance report and regression check")
+    _add_bench_arguments(bench_parser)
+    bench_parser.set_defaults(handler=_run_bench)
     return parser
 
 

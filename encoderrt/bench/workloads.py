@@ -6,9 +6,16 @@ engine and its reference in one run) see exactly the same inputs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
+
+Request = EmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
+WORKLOADS = ("queries", "passages", "rerank")
 
 _VOCABULARY = (
     "the of and to in is was for on are with as by at from that this be it an or which have has not were but "
@@ -64,3 +71,69 @@ def rerank_cases(count: int, seed: int = 3, min_documents: int = 32, max_documen
         n = int(rng.integers(min_documents, max_documents + 1))
         cases.append(RerankCase(queries(1, seed * 1000 + i)[0], passages(n, seed * 1000 + i + 500)))
     return cases
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Engine requests to replay, and what the reference must compute for the very same inputs."""
+
+    name: str
+    requests: list[Request]
+    reference_texts: list[str]
+    """For an embedding model: every text, encoded by SentenceTransformer.encode."""
+    reference_pairs: list[tuple[str, str]]
+    """For a cross-encoder: every (query, document) pair, scored by CrossEncoder.predict."""
+
+
+def read_texts(path: Path) -> list[str]:
+    """A user's own texts: one per line, or JSON lines with a "text" field."""
+    texts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if path.suffix == ".jsonl":
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise ValueError(f'{path}:{number}: expected an object with a "text" string')
+            texts.append(record["text"])
+        else:
+            texts.append(line)
+    if not texts:
+        raise ValueError(f"{path} holds no texts")
+    return texts
+
+
+def build(name: str, task: str, user_texts: list[str] | None = None, scale: float = 1.0) -> Workload | None:
+    """The workload for a model task; None where it does not apply (rerank on a classifier)."""
+    n = max(8, int(256 * scale))
+    if name == "queries":
+        texts = user_texts or queries(2 * n)
+        if task == "embed":
+            return Workload(name, [EmbedRequest([t]) for t in texts], texts, [])
+        if task == "classify":
+            return Workload(name, [ClassifyRequest([t]) for t in texts], texts, [])
+        pairs = list(zip(texts, reversed(texts)))
+        return Workload(name, [ScoreRequest(q, d) for q, d in pairs], [], pairs)
+    if name == "passages":
+        texts = user_texts or passages(n)
+        chunks = [texts[i : i + 16] for i in range(0, len(texts), 16)]
+        if task == "embed":
+            return Workload(name, [EmbedRequest(c) for c in chunks], texts, [])
+        if task == "classify":
+            return Workload(name, [ClassifyRequest(c) for c in chunks], texts, [])
+        query = queries(1)[0]
+        return Workload(name, [ScoreRequest(query, c) for c in chunks], [], [(query, t) for t in texts])
+    if name == "rerank":
+        if task == "classify":
+            return None
+        cases = rerank_cases(max(2, int(12 * scale)))
+        if user_texts:
+            cases = [RerankCase(c.query, user_texts[: len(c.documents)]) for c in cases]
+        requests = [RerankRequest(c.query, c.documents) for c in cases]
+        if task == "embed":
+            return Workload(name, requests, [t for c in cases for t in (c.query, *c.documents)], [])
+        return Workload(name, requests, [], [(c.query, d) for c in cases for d in c.documents])
+    raise ValueError(f"unknown workload '{name}'; choose from {', '.join(WORKLOADS)} or all")

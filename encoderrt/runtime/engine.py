@@ -164,6 +164,14 @@ class Engine:
             return tokenizer.encode([text], cut, check_length=False)[0].ids
         return tokenizer.encode_pairs([text], [text_pair], cut)[0].ids
 
+    def count_tokens(self, texts: Sequence[str] = (), pairs: Sequence[tuple[str, str]] = ()) -> int:
+        """Tokens these inputs take through the engine (truncated at the model's limit)."""
+        total = sum(len(r.ids) for r in self._tokenizer.encode(list(texts))) if texts else 0
+        if pairs:
+            firsts, seconds = zip(*pairs)
+            total += sum(len(r.ids) for r in self._tokenizer.encode_pairs(firsts, seconds))
+        return total
+
     # -- requests with usage and timings (what the server calls) ---------------------------------
 
     def run(self, request: Request) -> Completion:

@@ -1,0 +1,132 @@
+"""`encoderrt bench`: run the workloads, write the report, check or write a baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from encoderrt.bench import baseline as baselines
+from encoderrt.bench import ceiling, runners, workloads
+from encoderrt.bench.flops import flops_per_token
+from encoderrt.bench.report import Report
+from encoderrt.compile.cache import artifact_for
+from encoderrt.runtime import Engine
+
+_PACKAGES = ("encoderrt", "onnxruntime", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    target: Path | None = None
+    """Artifact or model folder; None: the bundled all-MiniLM-L6-v2."""
+    workloads: tuple[str, ...] = workloads.WORKLOADS
+    modes: tuple[str, ...] = ("engine",)
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    duration: float = 10.0
+    reference: bool = False
+    out: Path | None = None
+    check: Path | None = None
+    tolerance: float = 0.15
+    write_baseline: Path | None = None
+    texts_file: Path | None = None
+    max_batch_tokens: int | None = None
+    scale: float = 1.0
+    """Workload size factor (1.0: 512 queries, 256 passages, 12 rerank lists)."""
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for package in _PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def run_bench(options: BenchOptions, console: Console | None = None) -> int:
+    console = console or Console(stderr=True, highlight=False)
+    baseline = baselines.read_baseline(options.check) if options.check else None  # fail early on a bad file
+    user_texts = workloads.read_texts(options.texts_file) if options.texts_file else None
+    artifact, name = artifact_for(options.target)
+    engine = Engine.load(artifact, max_batch_tokens=options.max_batch_tokens)
+    try:
+        report = _measure(options, engine, artifact, name or engine.info.name, user_texts, console)
+    finally:
+        engine.close()
+
+    out = options.out or Path("bench-report")
+    for path in report.write(out):
+        console.print(f"wrote {path}")
+    print(report.markdown())
+    status = 0
+    if baseline is not None:
+        comparisons = baselines.compare(baseline, report.ratios(), options.tolerance)
+        print(baselines.format_comparisons(comparisons, options.tolerance))
+        failed = [c for c in comparisons if not c.passed]
+        if failed:
+            console.print(f"[red]performance regression:[/] {', '.join(c.name for c in failed)}")
+            status = 1
+        else:
+            console.print("[green]no performance regression[/]")
+    if options.write_baseline:
+        baselines.write_baseline(options.write_baseline, report.ratios(),
+                                 f"{report.model['name']} {report.model['precision']}; {report.cpu['model']}")
+        console.print(f"wrote baseline {options.write_baseline}")
+    return status
+
+
+def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, user_texts: list[str] | None,
+             console: Console) -> Report:
+    info, manifest = engine.info, engine.manifest
+    chosen = [w for w in (workloads.build(n, info.task, user_texts, options.scale) for n in options.workloads) if w]
+    reference = None
+    if options.reference:
+        source = Path(manifest.source.get("path", ""))
+        if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
+            raise FileNotFoundError(f"--reference needs the model folder the artifact was compiled from ({source})")
+        reference = runners.Reference(source, info.task, info.max_length)
+    report = Report(
+        model={"name": name, "task": info.task, "precision": info.precision, "target": info.target,
+               "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens, "artifact": str(artifact),
+               "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float))}},
+        cpu=ceiling.cpu_description(),
+        versions=_versions(),
+        ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, info.precision,
+                                 threads=ceiling.cpu_description()["cores"]),
+        flops_per_token={},
+    )
+    steps = len(chosen) * len(options.concurrency) * len(options.modes) + (len(chosen) if reference else 0)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                        TimeElapsedColumn(), console=console, transient=True)
+    with progress:
+        task = progress.add_task("bench", total=steps)
+        for workload in chosen:
+            progress.update(task, description=f"{workload.name}: warm-up")
+            engine.run(workload.requests[0])
+            for concurrency in options.concurrency:
+                progress.update(task, description=f"{workload.name}: engine, {concurrency} clients")
+                if "engine" in options.modes:
+                    run = runners.run_engine(engine, workload, concurrency, options.duration)
+                    report.runs.append(run)
+                    report.flops_per_token.setdefault(workload.name, flops_per_token(manifest.shape, run.tokens / max(run.items, 1)))
+                    progress.advance(task)
+            if reference:  # after the engine: torch's idle threads keep spinning for a while after a run
+                progress.update(task, description=f"{workload.name}: reference")
+                tokens = engine.count_tokens(workload.reference_texts, workload.reference_pairs)
+                report.references[workload.name] = reference.run(workload, tokens)
+                progress.advance(task)
+        if "http" in options.modes:
+            with runners.served(artifact, info.max_batch_tokens) as url:
+                for workload in chosen:
+                    for concurrency in options.concurrency:
+                        progress.update(task, description=f"{workload.name}: http, {concurrency} clients")
+                        run = runners.run_http(url, workload, concurrency, options.duration)
+                        report.runs.append(run)
+                        report.flops_per_token.setdefault(workload.name, flops_per_token(manifest.shape, run.tokens / max(run.items, 1)))
+                        progress.advance(task)
+    return report

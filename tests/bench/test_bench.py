@@ -1,0 +1,100 @@
+"""encoderrt bench: FLOPs arithmetic, baseline logic, workloads, and a short real run end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from encoderrt.bench import baseline, workloads
+from encoderrt.bench.flops import flops_per_token, matmul_weights
+from encoderrt.runtime.manifest import ModelShape
+
+
+def test_flops_per_token_against_a_hand_count():
+    minilm = ModelShape(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536, vocab_size=30522, output_dim=384)
+    # per layer: Q, K, V, O = 4 x 384 x 384 = 589,824; FFN up + down = 2 x 384 x 1536 = 1,179,648
+    assert matmul_weights(minilm) == 6 * (589_824 + 1_179_648) == 10_616_832
+    # 2 FLOPs per weight, plus QK^T and AV: 6 layers x 4 x 128 tokens x 384
+    assert flops_per_token(minilm, 128) == 2 * 10_616_832 + 6 * 4 * 128 * 384 == 22_413_312
+
+
+def test_baseline_catches_a_regression_and_lets_noise_pass():
+    base = {"passages/engine/c8/vs_reference": 1.40, "passages/http/c8/vs_engine": 0.95}
+    noisy = {"passages/engine/c8/vs_reference": 1.31, "passages/http/c8/vs_engine": 0.99}
+    assert all(c.passed for c in baseline.compare(base, noisy, tolerance=0.15))
+    slower = {"passages/engine/c8/vs_reference": 1.10, "passages/http/c8/vs_engine": 0.99}
+    results = {c.name: c.passed for c in baseline.compare(base, slower, tolerance=0.15)}
+    assert results == {"passages/engine/c8/vs_reference": False, "passages/http/c8/vs_engine": True}
+    faster = {k: v * 3 for k, v in base.items()}
+    assert all(c.passed for c in baseline.compare(base, faster, tolerance=0.0))
+    missing = baseline.compare(base, {"passages/engine/c8/vs_reference": 1.4}, tolerance=0.15)
+    assert [c.passed for c in missing] == [True, False]  # sorted by name; the http figure is missing
+    assert "missing" in baseline.format_comparisons(missing, 0.15) and "REGRESSION" in baseline.format_comparisons(missing, 0.15)
+
+
+def test_baseline_file_round_trip_and_bad_files(tmp_path):
+    path = tmp_path / "b.json"
+    baseline.write_baseline(path, {"x/engine/c1/vs_reference": 1.5}, "note")
+    assert baseline.read_baseline(path) == {"x/engine/c1/vs_reference": 1.5}
+    path.write_text('{"ratios": {"a": "fast"}}')
+    with pytest.raises(ValueError, match="no 'ratios' object of numbers"):
+        baseline.read_baseline(path)
+
+
+def test_workloads_are_deterministic_and_realistic():
+    assert workloads.queries(20) == workloads.queries(20)
+    assert all(3 <= len(q.split()) <= 12 for q in workloads.queries(200))
+    lengths = [len(p.split()) for p in workloads.passages(500)]
+    assert 50 <= sum(lengths) / len(lengths) <= 70 and max(lengths) > 150  # about 60 words, with a long tail
+    cases = workloads.rerank_cases(5)
+    assert all(32 <= len(c.documents) <= 100 for c in cases)
+
+
+def test_user_texts(tmp_path):
+    lines = tmp_path / "texts.txt"
+    lines.write_text("first text\n\nsecond text\n")
+    assert workloads.read_texts(lines) == ["first text", "second text"]
+    jsonl = tmp_path / "texts.jsonl"
+    jsonl.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert workloads.read_texts(jsonl) == ["a", "b"]
+    jsonl.write_text('{"text": "a"}\n{"body": "b"}\n')
+    with pytest.raises(ValueError, match="texts.jsonl:2"):
+        workloads.read_texts(jsonl)
+
+
+def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path):
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "encoderrt.cli", "bench", str(tiny_artifacts["st-cls"]), "--workload", "passages",
+               "--mode", "both", "--concurrency", "1,4", "--duration", "0.3", "--reference", "--scale", "0.1",
+               "--max-batch-tokens", "256", "--out", str(out), "--write-baseline", str(tmp_path / "baseline.json")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert {r["mode"] for r in report["results"]} == {"engine", "http"}
+    assert [r["concurrency"] for r in report["results"]] == [1, 4, 1, 4]
+    for row in report["results"]:
+        assert row["tokens_per_s"] > 0 and row["items"] > 0 and row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+        assert row["ratio_to_reference"] > 0 and 0 < row["ceiling_fraction"]
+    assert report["results"][0]["padding_efficiency"] > 0.5
+    assert {c["precision"] for c in report["ceilings"]} >= {"fp32", "int8"}
+    assert report["cpu"]["cores"] >= 1 and "onnxruntime" in report["versions"]
+    assert "| passages | http | 4 |" in (out / "report.md").read_text()
+    for plot in ("throughput.png", "latency.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    written = json.loads((tmp_path / "baseline.json").read_text())["ratios"]
+    assert set(written) == set(report["ratios"]) and "passages/http/c4/vs_engine" in written
+
+    impossible = tmp_path / "impossible.json"
+    baseline.write_baseline(impossible, {k: v * 100 for k, v in written.items()}, "far too fast")
+    check = subprocess.run(command[:-2] + ["--check", str(impossible)], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 1 and "REGRESSION" in check.stdout and "performance regression" in check.stderr
+
+
+def test_bench_refuses_bad_arguments(tmp_path):
+    missing = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", str(tmp_path / "nope")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    bad = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", "--concurrency", "0,8"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "concurrency levels must be positive" in bad.stderr
