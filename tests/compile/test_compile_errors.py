@@ -131,12 +131,14 @@ def test_interrupted_compile_leaves_nothing(tiny_models, tmp_path, monkeypatch):
 
 
 def test_unfused_layers_are_refused():
-    fused = {"Attention": 6, "BiasGelu": 6, "SkipLayerNormalization": 12}
+    fused = {"Attention": 6, "BiasGelu": 6, "LayerNormalization": 12}
     check_fusion(fused, num_layers=6)
     with pytest.raises(FusionError, match="5 fused attention ops for 6 layers"):
         check_fusion({**fused, "Attention": 5}, num_layers=6)
     with pytest.raises(FusionError, match="GELU"):
         check_fusion({**fused, "BiasGelu": 0}, num_layers=6)
+    with pytest.raises(FusionError, match="11 fused LayerNorms for 6 layers"):
+        check_fusion({**fused, "LayerNormalization": 11}, num_layers=6)
 
 
 def test_console_script_reports_steps(tiny_models, tmp_path):

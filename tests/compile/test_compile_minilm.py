@@ -34,7 +34,7 @@ def test_fp32_manifest_records_fusion_and_parity(minilm_fp32):
     assert (manifest.pooling, manifest.normalize, manifest.max_length) == ("mean", True, 256)
     assert manifest.shape.output_dim == 384 and manifest.shape.num_layers == 6
     assert manifest.fused_ops["Attention"] == 6
-    assert manifest.fused_ops["SkipLayerNormalization"] == 12 and manifest.fused_ops["BiasGelu"] == 6
+    assert manifest.fused_ops["LayerNormalization"] == 12 and manifest.fused_ops["BiasGelu"] == 6
     assert manifest.parity["min_cosine"] >= 0.99999
     assert manifest.inputs == ("input_ids", "attention_mask", "token_type_ids")
     assert manifest.target == "cpu" and manifest.precision == "fp32"

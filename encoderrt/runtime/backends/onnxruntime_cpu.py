@@ -10,6 +10,8 @@ from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
 from encoderrt.runtime.manifest import Manifest
 
 TARGET = "cpu"
+KEEP_UNFUSED = ["SkipLayerNormFusion"]
+"""Compile leaves residual Adds beside LayerNormalization on purpose (faster on CPU; see compile/optimize.py)."""
 
 
 class OnnxRuntimeCpuBackend:
@@ -24,7 +26,8 @@ class OnnxRuntimeCpuBackend:
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session_options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(model_path), session_options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(str(model_path), session_options, providers=["CPUExecutionProvider"],
+                                             disabled_optimizers=KEEP_UNFUSED)
         declared = tuple(i.name for i in self._session.get_inputs())
         if set(declared) != set(input_names):
             raise ValueError(f"{model_path.name} takes inputs {declared}, the manifest says {input_names}")
