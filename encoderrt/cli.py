@@ -19,7 +19,12 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local Hugging Face or sentence-transformers folder (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--output", "-o", type=Path, required=True, metavar="ARTIFACT_DIR", help="artifact folder to write")
     parser.add_argument("--task", choices=["auto", "embed", "score", "classify"], default="auto")
-    parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    parser.add_argument("--precision", choices=["fp32", "int8", "fp16", "bf16"], default="fp32",
+                        help="cpu: fp32 or int8; cuda: fp32; tensorrt: fp32, fp16 or bf16")
+    parser.add_argument("--target", choices=["cpu", "cuda", "tensorrt"], default="cpu",
+                        help="cpu: onnxruntime; cuda: onnxruntime-gpu; tensorrt: a TensorRT engine for this GPU")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
+                        help="tensorrt: the largest batch (padded tokens) the optimisation profiles hold")
     parser.add_argument("--max-length", type=int, default=None, metavar="N", help="token limit (default: the folder's)")
     parser.add_argument("--pooling", choices=["auto", "cls", "mean"], default="auto")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
@@ -43,6 +48,8 @@ def _run_compile(args: argparse.Namespace) -> int:
         output_dir=args.output,
         task=args.task,
         precision=args.precision,
+        target=args.target,
+        max_batch_tokens=args.max_batch_tokens,
         max_length=args.max_length,
         pooling=args.pooling,
         normalize=args.normalize,

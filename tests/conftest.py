@@ -7,6 +7,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernels run on the CPU under the interpreter
 
 from controlled_backend import controlled  # noqa: E402,F401 - shared fixture
 

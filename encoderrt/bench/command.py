@@ -83,7 +83,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
 def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, user_texts: list[str] | None,
              console: Console) -> Report:
     info, manifest = engine.info, engine.manifest
-    chosen = [w for w in (workloads.build(n, info.task, user_texts, options.scale) for n in options.workloads) if w]
+    chosen = [w for w in (workloads.build(n, info.task, user_texts, options.scale, max(options.concurrency))
+                          for n in options.workloads) if w]
     reference = None
     if options.reference:
         source = Path(manifest.source.get("path", ""))

@@ -56,6 +56,9 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
                       duration: float, result: RunResult) -> RunResult:
     """`call` runs one request and returns its token count."""
     requests = workload.requests
+    if len(requests) < concurrency:
+        raise ValueError(f"the {workload.name} workload has {len(requests)} requests for {concurrency} clients: "
+                         "requests would be in flight twice and deduplicated")
     position = 0
     deadline = time.perf_counter() + duration
 

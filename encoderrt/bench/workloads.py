@@ -106,11 +106,16 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
-def build(name: str, task: str, user_texts: list[str] | None = None, scale: float = 1.0) -> Workload | None:
-    """The workload for a model task; None where it does not apply (rerank on a classifier)."""
-    n = max(8, int(256 * scale))
+def build(name: str, task: str, user_texts: list[str] | None = None, scale: float = 1.0,
+          min_requests: int = 1) -> Workload | None:
+    """The workload for a model task; None where it does not apply (rerank on a classifier).
+
+    It holds at least `min_requests` distinct requests (the highest concurrency), so no request is
+    ever in flight twice: the engine would compute the duplicate once and the figures would lie.
+    """
+    n = max(8, int(256 * scale), 16 * min_requests)
     if name == "queries":
-        texts = user_texts or queries(2 * n)
+        texts = user_texts or queries(max(2 * n, min_requests))
         if task == "embed":
             return Workload(name, [EmbedRequest([t]) for t in texts], texts, [])
         if task == "classify":
@@ -129,7 +134,7 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
     if name == "rerank":
         if task == "classify":
             return None
-        cases = rerank_cases(max(2, int(12 * scale)))
+        cases = rerank_cases(max(2, int(12 * scale), min_requests))
         if user_texts:
             cases = [RerankCase(c.query, user_texts[: len(c.documents)]) for c in cases]
         requests = [RerankRequest(c.query, c.documents) for c in cases]

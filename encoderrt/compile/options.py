@@ -12,7 +12,10 @@ class CompileOptions:
     model_dir: Path
     output_dir: Path
     task: Literal["auto", "embed", "score", "classify"] = "auto"
-    precision: Literal["fp32", "int8"] = "fp32"
+    precision: Literal["fp32", "int8", "fp16", "bf16"] = "fp32"
+    target: Literal["cpu", "cuda", "tensorrt"] = "cpu"
+    max_batch_tokens: int = 16384
+    """TensorRT only: the largest batch (padded tokens) the optimisation profiles must hold."""
     max_length: int | None = None
     pooling: Literal["auto", "cls", "mean"] = "auto"
     normalize: bool | None = None

@@ -94,6 +94,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     reporter = reporter or StepReporter(quiet=options.quiet)
     source = inspect_source(options)
     check_output_dir(options.output_dir, options.force)
+    _check_target(options)
     for note in source.notes:
         reporter.note(note)
 
@@ -108,6 +109,8 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     with tempfile.TemporaryDirectory(prefix="encoderrt-compile-") as work, ArtifactWriter(options.output_dir, options.force) as writer:
         assert writer.staging is not None
         exported, optimized, final = Path(work) / "exported.onnx", Path(work) / "optimized.onnx", writer.staging / MODEL_FILE
+        if options.target == "tensorrt":
+            return _compile_tensorrt(source, options, reporter, writer, final)
         with reporter.step("export", f"{source.architecture.name} {source.task} from {source.kind} folder"):
             export_onnx(source, load_torch_model(source), exported)
         with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
@@ -134,5 +137,40 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
             raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
         if options.precision == "int8":
             figures = {**figures, "fp32_nodes": list(keep_fp32), "attempts": attempts[:-1]}
-        manifest = writer.commit(replace(manifest, parity=figures))
+        manifest = writer.commit(replace(manifest, parity=figures, target=options.target))
+    return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)
+
+
+def _check_target(options: CompileOptions) -> None:
+    allowed = {"cpu": ("fp32", "int8"), "cuda": ("fp32",), "tensorrt": ("fp32", "fp16", "bf16")}[options.target]
+    if options.precision not in allowed:
+        raise InputError(f"--precision {options.precision} is not available for --target {options.target}; "
+                         f"choose {', '.join(allowed)}")
+    if options.target == "tensorrt":
+        from encoderrt.compile.tensorrt import check_builder
+
+        check_builder(options.precision)
+
+
+def _compile_tensorrt(source: SourceModel, options: CompileOptions, reporter: StepReporter, writer: ArtifactWriter,
+                      final: Path) -> CompileResult:
+    """Standard-Attention graph (parity checked on onnxruntime's CPU), then the engine for this GPU."""
+    from encoderrt.compile.parity import check_parity
+    from encoderrt.compile.tensorrt import ENGINE_FILE, build_engine, export_for_tensorrt, plan_profiles, standard_attention_count
+
+    assert writer.staging is not None
+    with reporter.step("export", f"{source.architecture.name} {source.task}, opset 23 with standard Attention"):
+        export_for_tensorrt(source, final)
+        attention = standard_attention_count(final, source.num_layers)
+    pad_token_id = _save_tokenizer(source, writer.staging)
+    manifest = replace(_manifest(source, options, pad_token_id, {"Attention": attention}), precision="fp32", target="cpu")
+    with reporter.step("verify", "parity of the TensorRT graph on onnxruntime CPU (fp32)"):
+        figures, failures = check_parity(source, manifest, writer.staging)
+    if failures:
+        raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
+    profiles = plan_profiles(source.max_length, options.max_batch_tokens)
+    with reporter.step("build", f"TensorRT {options.precision}, {len(profiles)} optimisation profiles"):
+        record = build_engine(final, writer.staging / ENGINE_FILE, options.precision, profiles, source.architecture.input_names)
+    manifest = writer.commit(replace(manifest, precision=options.precision, target="tensorrt", parity=figures,
+                                     engine={"file": ENGINE_FILE, "record": record.to_dict()}))
     return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)

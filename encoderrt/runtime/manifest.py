@@ -68,6 +68,8 @@ class Manifest:
     versions: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     """sha256 of every file in the artifact other than the manifest itself."""
+    engine: dict[str, Any] = field(default_factory=dict)
+    """Target-specific record: for "tensorrt", the engine file and what it was built for (engine_record.py)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

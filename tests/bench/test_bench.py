@@ -98,3 +98,25 @@ def test_bench_refuses_bad_arguments(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", "--concurrency", "0,8"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "concurrency levels must be positive" in bad.stderr
+
+
+def test_workloads_never_put_one_request_in_flight_twice():
+    for name in workloads.WORKLOADS:
+        workload = workloads.build(name, "embed", min_requests=40)
+        assert len(workload.requests) >= 40
+        texts = [t for r in workload.requests for t in getattr(r, "texts", getattr(r, "documents", ()))]
+        assert len(set(texts)) > 0.9 * len(texts)
+
+
+def test_closed_loop_refuses_fewer_requests_than_clients():
+    import asyncio
+
+    from encoderrt.bench.runners import RunResult, closed_loop
+
+    workload = workloads.build("rerank", "embed", scale=0.1)
+
+    async def call(request):
+        return 1
+
+    with pytest.raises(ValueError, match="would be in flight twice"):
+        asyncio.run(closed_loop(call, workload, len(workload.requests) + 1, 0.1, RunResult("rerank", "engine", 1)))

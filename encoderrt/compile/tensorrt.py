@@ -1,0 +1,133 @@
+"""The TensorRT target: an ONNX graph TensorRT fuses, optimisation profiles, the engine and its record.
+
+The graph is exported with SDPA attention at opset 23, where torch's exporter emits the standard
+ONNX `Attention` op (non-causal) that TensorRT 10.14+ parses into its fused attention layer;
+onnxruntime's CPU runs the same graph, so its parity is checked on any machine. Building the
+engine needs TensorRT and an NVIDIA GPU; the engine is tied to both, and the record says which.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from encoderrt.compile.errors import CompileError, FusionError, InputError
+from encoderrt.compile.source import SourceModel
+from encoderrt.runtime.engine_record import EngineRecord, Profile
+
+TENSORRT_OPSET = 23
+ENGINE_FILE = "engine.plan"
+PRECISIONS = ("fp32", "fp16", "bf16")
+MIN_SEQUENCE_BUCKET = 32
+
+
+def plan_profiles(max_length: int, max_batch_tokens: int) -> tuple[Profile, ...]:
+    """Sequence buckets by powers of two up to max_length; each profile's batch fits the token budget.
+
+    A batch of width w runs in the profile whose bucket holds w, so kernels are tuned for shapes
+    close to the ones served, and no profile asks for more rows than the budget allows.
+    """
+    if max_length < 1 or max_batch_tokens < max_length:
+        raise ValueError(f"need 1 <= max_length ({max_length}) <= max_batch_tokens ({max_batch_tokens})")
+    bounds = []
+    upper = MIN_SEQUENCE_BUCKET
+    while upper < max_length:
+        bounds.append(upper)
+        upper *= 2
+    bounds.append(max_length)
+    profiles, lower = [], 1
+    for upper in bounds:
+        profiles.append(Profile(lower, upper, max(1, max_batch_tokens // lower), max(1, max_batch_tokens // upper)))
+        lower = upper + 1
+    return tuple(profiles)
+
+
+def export_for_tensorrt(source: SourceModel, path: Path) -> None:
+    """Dynamo export at opset 23 with SDPA attention: one standard ONNX Attention op per layer."""
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    from encoderrt.compile.export import ClassifierLogits, PooledEncoder, output_name
+
+    loader = AutoModel if source.task == "embed" else AutoModelForSequenceClassification
+    model = loader.from_pretrained(source.weights_folder, attn_implementation="sdpa", dtype=torch.float32).eval()
+    module = PooledEncoder(model, source.pooling) if source.task == "embed" else ClassifierLogits(model)
+    names = list(source.architecture.input_names)
+    input_ids = torch.full((2, 8), 5, dtype=torch.long)
+    attention_mask = torch.ones((2, 8), dtype=torch.long)
+    attention_mask[1, 5:] = 0
+    example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
+    batch = torch.export.Dim("batch")
+    sequence = torch.export.Dim("sequence", min=2, max=source.max_length)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module.eval(), tuple(example[n] for n in names), dynamo=True, opset_version=TENSORRT_OPSET,
+            input_names=names, output_names=[output_name(source)],
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in names}, verbose=False,
+        )
+    program.save(str(path))
+
+
+def standard_attention_count(path: Path, num_layers: int) -> int:
+    """Count non-causal ONNX Attention ops; anything but one per layer is refused."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    nodes = [n for n in graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
+    causal = [n.name for n in nodes for a in n.attribute if a.name == "is_causal" and a.i]
+    if causal:
+        raise FusionError(f"the TensorRT graph has causal attention in {causal}; encoders need non-causal attention")
+    if len(nodes) != num_layers:
+        raise FusionError(f"the TensorRT graph has {len(nodes)} standard Attention ops for {num_layers} layers")
+    return len(nodes)
+
+
+def check_builder(precision: str) -> None:
+    """Fail before any work when the engine cannot be built here."""
+    if precision not in PRECISIONS:
+        raise InputError(f"--precision {precision} is not available for TensorRT; choose {', '.join(PRECISIONS)}"
+                         " (int8 engines need a QDQ-quantised graph, not built yet)")
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        raise InputError("--target tensorrt needs TensorRT and an NVIDIA GPU: pip install 'encoderrt[gpu]'") from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError("--target tensorrt needs an NVIDIA GPU; none is visible")
+
+
+def build_engine(onnx_path: Path, engine_path: Path, precision: str, profiles: tuple[Profile, ...],
+                 input_names: tuple[str, ...]) -> EngineRecord:
+    import tensorrt as trt
+    import torch
+
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise CompileError(f"TensorRT could not parse the graph: {errors}")
+    config = builder.create_builder_config()
+    if precision != "fp32":
+        config.set_flag(trt.BuilderFlag.FP16 if precision == "fp16" else trt.BuilderFlag.BF16)
+    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    for profile in profiles:
+        optimisation = builder.create_optimization_profile()
+        minimum, optimum, maximum = profile.shapes()
+        for name in input_names:
+            optimisation.set_shape(name, minimum, optimum, maximum)
+        config.add_optimization_profile(optimisation)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise CompileError("TensorRT could not build the engine (see its log above)")
+    engine_path.write_bytes(bytes(serialized))
+    engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
+    layers = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    names = [str(layer.get("Name", layer)) if isinstance(layer, dict) else str(layer) for layer in layers.get("Layers", [])]
+    fused = sum(1 for name in names if any(key in name.lower() for key in ("attention", "mha", "fmha")))
+    major, minor = torch.cuda.get_device_capability()
+    return EngineRecord(trt.__version__, f"{major}.{minor}", precision, profiles, fused or None)

@@ -1,0 +1,5 @@
+"""GPU kernels (Triton) for padding-free batching; they need torch and triton (`encoderrt[gpu]`).
+
+On a machine without a GPU they run under Triton's interpreter (TRITON_INTERPRET=1), which is how
+CI checks them against the PyTorch reference.
+"""
