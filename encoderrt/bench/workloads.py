@@ -12,9 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
-
-Request = EmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, Request, ScoreRequest
 WORKLOADS = ("queries", "passages", "rerank")
 
 _VOCABULARY = (

@@ -1,7 +1,7 @@
 """`Engine`: the public Python API over one compiled artifact (embed / score / rerank / classify).
 
 The engine tokenises in the caller's thread (the fast tokenizer releases the GIL; async callers
-tokenise in the default executor), hands rows to the scheduler's batching loop and shapes the
+tokenise large requests in the default executor and small ones on the loop), hands rows to the scheduler's batching loop and shapes the
 rows that come back. It holds no HTTP and no torch.
 """
 
@@ -28,17 +28,16 @@ from encoderrt.runtime.requests import (
     Completion,
     EmbedRequest,
     RerankRequest,
+    Request,
     ScoreRequest,
     TextOrTexts,
     Truncation,
     as_texts,
     pair_texts,
 )
-from encoderrt.runtime.scheduler import Scheduler
+from encoderrt.runtime.scheduler import Completed, Scheduler
 from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
-
-Request = EmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
 
 
 @dataclass(frozen=True)
@@ -192,7 +191,7 @@ class Engine:
         completed = await asyncio.wrap_future(self._scheduler.submit(plan.rows))
         return self._complete(plan, completed, tokenized - start)
 
-    def _complete(self, plan: _Plan, completed, tokenize_seconds: float) -> Completion:
+    def _complete(self, plan: _Plan, completed: Completed, tokenize_seconds: float) -> Completion:
         outputs = np.stack(completed.outputs) if completed.outputs else np.empty((0, self.manifest.shape.output_dim), np.float32)
         timings = Timings(tokenize_seconds, completed.queue_seconds, completed.inference_seconds)
         self.stats.add(requests=1, tokenize_seconds=timings.tokenize, queue_seconds=timings.queue, inference_seconds=timings.inference)

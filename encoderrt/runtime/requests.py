@@ -53,6 +53,9 @@ class ClassifyRequest:
     truncate: Truncation = True
 
 
+Request = EmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
+
+
 @dataclass(frozen=True)
 class Classification:
     label: str
