@@ -170,6 +170,8 @@ def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--texts", type=Path, default=None, metavar="FILE", help="your own texts: one per line, or JSONL")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N")
     parser.add_argument("--scale", type=float, default=1.0, help="workload size factor")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run each measurement N times (engine and HTTP alternating) and keep the best")
 
 
 def _run_bench(args: argparse.Namespace) -> int:
@@ -182,6 +184,9 @@ def _run_bench(args: argparse.Namespace) -> int:
         return 2
     if args.check is not None and not args.check.is_file():
         console.print(f"[red]error:[/] baseline not found: {args.check}")
+        return 2
+    if args.repeat < 1:
+        console.print(f"[red]error:[/] --repeat must be at least 1, got {args.repeat}")
         return 2
     if not 0 <= args.tolerance < 1:
         console.print(f"[red]error:[/] --tolerance must be in [0, 1), got {args.tolerance}")
@@ -202,6 +207,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         texts_file=args.texts,
         max_batch_tokens=args.max_batch_tokens,
         scale=args.scale,
+        repeat=args.repeat,
     )
     try:
         return run_bench(options, console)
