@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from rich.console import Console
@@ -16,6 +15,7 @@ from encoderrt.bench.flops import flops_per_token
 from encoderrt.bench.report import Report
 from encoderrt.compile.cache import artifact_for
 from encoderrt.runtime import Engine
+from encoderrt.versions import package_versions
 
 _PACKAGES = ("encoderrt", "onnxruntime", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
 
@@ -39,16 +39,6 @@ class BenchOptions:
     """Workload size factor (1.0: 512 queries, 256 passages, 12 rerank lists)."""
     repeat: int = 1
     """Runs of each measurement; the best one counts (noise on a shared machine only ever slows a run down)."""
-
-
-def _versions() -> dict[str, str]:
-    found = {}
-    for package in _PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return found
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> int:
@@ -99,7 +89,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens, "artifact": str(artifact),
                "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float))}},
         cpu=ceiling.cpu_description(),
-        versions=_versions(),
+        versions=package_versions(_PACKAGES),
         ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, info.precision,
                                  threads=ceiling.cpu_description()["cores"]),
         flops_per_token={},

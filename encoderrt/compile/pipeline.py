@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
-from importlib import metadata
 from pathlib import Path
 
 from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
@@ -15,6 +14,7 @@ from encoderrt.compile.progress import StepReporter
 from encoderrt.compile.source import SourceModel, inspect_source
 from encoderrt.runtime.manifest import Manifest, ModelShape
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE
+from encoderrt.versions import package_versions
 
 MODEL_FILE = "model.onnx"
 _RECORDED_PACKAGES = ("encoderrt", "torch", "transformers", "sentence-transformers", "onnx", "onnxruntime", "tokenizers")
@@ -25,16 +25,6 @@ class CompileResult:
     path: Path
     manifest: Manifest
     timings: dict[str, float]
-
-
-def _versions() -> dict[str, str]:
-    versions = {}
-    for package in _RECORDED_PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
 
 
 def _save_tokenizer(source: SourceModel, folder: Path) -> int:
@@ -86,7 +76,7 @@ def _manifest(source: SourceModel, options: CompileOptions, pad_token_id: int, f
             "base_model": config.get("_name_or_path"),
         },
         fused_ops=fused_ops,
-        versions=_versions(),
+        versions=package_versions(_RECORDED_PACKAGES),
     )
 
 
