@@ -64,8 +64,13 @@ def _packed_attention_kernel(
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
-                     sm_scale: float | None = None, block_m: int = 64, block_n: int = 64) -> torch.Tensor:
-    """softmax(q k^T * scale) v for each sequence on its own; returns [T, heads, head_dim] like q."""
+                     sm_scale: float | None = None, block_m: int = 64, block_n: int = 64,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v for each sequence on its own; returns [T, heads, head_dim] like q.
+
+    `max_seqlen` may be an upper bound (query blocks past a sequence's end return at once); `out`
+    lets a caller that owns the output buffer (a TensorRT plugin) receive the result in place.
+    """
     if q.ndim != 3 or q.shape != k.shape or q.shape != v.shape:
         raise ValueError(f"q, k, v must share one [tokens, heads, head_dim] shape; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -77,7 +82,10 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if cu_seqlens.dtype != torch.int32 or cu_seqlens.ndim != 1:
         raise ValueError("cu_seqlens must be a 1-D int32 tensor")
     batch = cu_seqlens.numel() - 1
-    out = torch.empty_like(q)
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(2) != 1:
+        raise ValueError(f"out must match q: {tuple(q.shape)} {q.dtype} with a contiguous head dimension")
     if batch == 0 or q.shape[0] == 0:
         return out
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(head_dim)

@@ -77,3 +77,14 @@ def test_pack_unpack_round_trip():
     torch.testing.assert_close(restored, hidden * mask[..., None])
     with pytest.raises(ValueError, match="right-padded"):
         pack(hidden, torch.tensor([[0, 1] + [0] * 7] * 4))
+
+
+def test_output_buffer_and_upper_bound_on_length():
+    """What the TensorRT plugin relies on: a caller-owned output, and max_seqlen as a mere upper bound."""
+    q, k, v, cu_seqlens = _packed_inputs([3, 30, 9], heads=2, head_dim=64, dtype=torch.float16, seed=4)
+    out = torch.full_like(q, float("nan"))
+    result = packed_attention(q, k, v, cu_seqlens, 512, block_m=16, block_n=16, out=out)
+    assert result is out
+    torch.testing.assert_close(out.float(), reference_attention(q, k, v, cu_seqlens).float(), atol=5e-3, rtol=5e-3)
+    with pytest.raises(ValueError, match="out must match q"):
+        packed_attention(q, k, v, cu_seqlens, 30, out=torch.empty(3, 2, 64))

@@ -119,3 +119,13 @@ def test_tensorrt_engine_builds_and_matches(tiny_models, tmp_path):
     assert result.manifest.engine["record"]["fused_attention_layers"]
     with Engine.load(result.path, max_batch_tokens=2048) as engine:
         assert len(engine.score("the fox", ["the dog", "a fox"])) == 2
+
+
+@requires_tensorrt
+def test_packed_attention_plugin_registers():
+    import tensorrt.plugin as trtp
+
+    from encoderrt.kernels.tensorrt_plugin import PLUGIN_ID
+
+    namespace, name = PLUGIN_ID.split("::")
+    assert getattr(getattr(trtp.op, namespace), name) is not None
