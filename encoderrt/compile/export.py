@@ -18,14 +18,18 @@ from encoderrt.compile.source import SourceModel
 OPSET = 17
 
 
-def load_torch_model(source: SourceModel) -> torch.nn.Module:
-    """The PyTorch module whose outputs the engine must reproduce (pooled embedding or logits)."""
+def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.Module:
+    """The PyTorch module whose outputs the engine must reproduce (pooled embedding or logits).
+
+    `attention` is transformers' attn_implementation: eager for onnxruntime's fusion, sdpa for the
+    standard ONNX Attention op that TensorRT fuses.
+    """
     from safetensors import SafetensorError
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     loader = AutoModel if source.task == "embed" else AutoModelForSequenceClassification
     try:
-        model = loader.from_pretrained(source.weights_folder, attn_implementation="eager", dtype=torch.float32)
+        model = loader.from_pretrained(source.weights_folder, attn_implementation=attention, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
     model.eval()
@@ -63,21 +67,25 @@ def output_name(source: SourceModel) -> str:
     return "embeddings" if source.task == "embed" else "logits"
 
 
-def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
-    names = list(source.architecture.input_names)
+def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:
+    """A two-row batch whose second row is padded, in the graph's input order."""
     input_ids = torch.full((2, 8), 5, dtype=torch.long)
     attention_mask = torch.ones((2, 8), dtype=torch.long)
     attention_mask[1, 5:] = 0
-    pad = int(source.config.get("pad_token_id") or 0)
-    input_ids[1, 5:] = pad
+    input_ids[1, 5:] = int(source.config.get("pad_token_id") or 0)
     example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
+    return tuple(example[name] for name in source.architecture.input_names)
+
+
+def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
+    names = list(source.architecture.input_names)
     dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in names}
     dynamic_axes[output_name(source)] = {0: "batch"}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            tuple(example[name] for name in names),
+            example_inputs(source),
             str(path),
             input_names=names,
             output_names=[output_name(source)],

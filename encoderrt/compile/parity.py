@@ -186,12 +186,30 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
     return figures, failures
 
 
-def check_parity(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    tokenizer = TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
-    texts = probe_texts(tokenizer)
-    pairs = probe_pairs(tokenizer)
-    reference, reference_name = reference_outputs(source, texts, pairs)
-    batched, single = engine_outputs(manifest, artifact_dir, tokenizer, texts, pairs)
-    figures, failures = compare(manifest.task, manifest.precision, reference.reshape(batched.shape), [batched, single])
-    figures["reference"] = reference_name
+@dataclass(frozen=True)
+class Probes:
+    """The probe inputs and the reference's outputs on them: computed once per compile, whatever the attempts."""
+
+    texts: list[str]
+    pairs: tuple[list[str], list[str]]
+    reference: np.ndarray
+    reference_name: str
+
+
+def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
+    tokenizer = _tokenizer(manifest, artifact_dir)
+    texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
+    reference, name = reference_outputs(source, texts, pairs)
+    return Probes(texts, pairs, reference, name)
+
+
+def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:
+    """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
+    batched, single = engine_outputs(manifest, artifact_dir, _tokenizer(manifest, artifact_dir), probes.texts, probes.pairs)
+    figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape), [batched, single])
+    figures["reference"] = probes.reference_name
     return figures, failures
+
+
+def _tokenizer(manifest: Manifest, artifact_dir: Path) -> TextTokenizer:
+    return TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)

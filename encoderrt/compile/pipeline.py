@@ -91,7 +91,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     try:
         from encoderrt.compile.export import export_onnx, load_torch_model
         from encoderrt.compile.optimize import fuse
-        from encoderrt.compile.parity import check_parity
+        from encoderrt.compile.parity import build_probes, check_parity
         from encoderrt.compile.quantize import ffn_down_projections, quantize_int8
     except ImportError as exc:
         raise CompileError(f"compiling needs the compile extra ({exc.name} is missing): pip install 'encoderrt[compile]'") from None
@@ -112,6 +112,8 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
             shutil.copyfile(optimized, final)
         pad_token_id = _save_tokenizer(source, writer.staging)
         manifest = _manifest(source, options, pad_token_id, fused_ops)
+        with reporter.step("reference", "PyTorch on the probe set"):
+            probes = build_probes(source, manifest, writer.staging)
         attempts = []
         for keep_fp32 in plans:
             if options.precision == "int8":
@@ -119,7 +121,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
                 with reporter.step("quantise", detail):
                     quantize_int8(optimized, final, keep_fp32)
             with reporter.step("verify", f"parity against PyTorch ({options.precision})"):
-                figures, failures = check_parity(source, manifest, writer.staging)
+                figures, failures = check_parity(manifest, writer.staging, probes)
             attempts.append({"fp32_nodes": list(keep_fp32), "parity": figures, "failures": failures})
             if not failures:
                 break
@@ -145,7 +147,7 @@ def _check_target(options: CompileOptions) -> None:
 def _compile_tensorrt(source: SourceModel, options: CompileOptions, reporter: StepReporter, writer: ArtifactWriter,
                       final: Path) -> CompileResult:
     """Standard-Attention graph (parity checked on onnxruntime's CPU), then the engine for this GPU."""
-    from encoderrt.compile.parity import check_parity
+    from encoderrt.compile.parity import build_probes, check_parity
     from encoderrt.compile.tensorrt import ENGINE_FILE, build_engine, export_for_tensorrt, plan_profiles, standard_attention_count
 
     assert writer.staging is not None
@@ -155,7 +157,7 @@ def _compile_tensorrt(source: SourceModel, options: CompileOptions, reporter: St
     pad_token_id = _save_tokenizer(source, writer.staging)
     manifest = replace(_manifest(source, options, pad_token_id, {"Attention": attention}), precision="fp32", target="cpu")
     with reporter.step("verify", "parity of the TensorRT graph on onnxruntime CPU (fp32)"):
-        figures, failures = check_parity(source, manifest, writer.staging)
+        figures, failures = check_parity(manifest, writer.staging, build_probes(source, manifest, writer.staging))
     if failures:
         raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
     profiles = plan_profiles(source.max_length, options.max_batch_tokens)

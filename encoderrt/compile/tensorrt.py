@@ -46,24 +46,17 @@ def plan_profiles(max_length: int, max_batch_tokens: int) -> tuple[Profile, ...]
 def export_for_tensorrt(source: SourceModel, path: Path) -> None:
     """Dynamo export at opset 23 with SDPA attention: one standard ONNX Attention op per layer."""
     import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from encoderrt.compile.export import ClassifierLogits, PooledEncoder, output_name
+    from encoderrt.compile.export import example_inputs, load_torch_model, output_name
 
-    loader = AutoModel if source.task == "embed" else AutoModelForSequenceClassification
-    model = loader.from_pretrained(source.weights_folder, attn_implementation="sdpa", dtype=torch.float32).eval()
-    module = PooledEncoder(model, source.pooling) if source.task == "embed" else ClassifierLogits(model)
+    module = load_torch_model(source, attention="sdpa")
     names = list(source.architecture.input_names)
-    input_ids = torch.full((2, 8), 5, dtype=torch.long)
-    attention_mask = torch.ones((2, 8), dtype=torch.long)
-    attention_mask[1, 5:] = 0
-    example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", min=2, max=source.max_length)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module.eval(), tuple(example[n] for n in names), dynamo=True, opset_version=TENSORRT_OPSET,
+            module, example_inputs(source), dynamo=True, opset_version=TENSORRT_OPSET,
             input_names=names, output_names=[output_name(source)],
             dynamic_shapes={name: {0: batch, 1: sequence} for name in names}, verbose=False,
         )
