@@ -23,6 +23,9 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu: fp32 or int8; cuda: fp32; tensorrt: fp32, fp16 or bf16")
     parser.add_argument("--target", choices=["cpu", "cuda", "tensorrt"], default="cpu",
                         help="cpu: onnxruntime; cuda: onnxruntime-gpu; tensorrt: a TensorRT engine for this GPU")
+    parser.add_argument("--layout", choices=["padded", "packed"], default="padded",
+                        help="tensorrt: padded batches with TensorRT's fused attention, or packed (no padding computed) "
+                             "with encoderrt's attention plugin (fp16/bf16, head sizes 32 and 64)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
                         help="tensorrt: the largest batch (padded tokens) the optimisation profiles hold")
     parser.add_argument("--max-length", type=int, default=None, metavar="N", help="token limit (default: the folder's)")
@@ -49,6 +52,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         task=args.task,
         precision=args.precision,
         target=args.target,
+        layout=args.layout,
         max_batch_tokens=args.max_batch_tokens,
         max_length=args.max_length,
         pooling=args.pooling,
@@ -95,7 +99,8 @@ def summary(manifest, path: Path) -> str:
         f"task       {manifest.task}"
         + (f", {manifest.pooling} pooling, normalize={manifest.normalize}, dim {manifest.shape.output_dim}"
            if manifest.task == "embed" else f", activation {manifest.activation}, labels {list(manifest.labels)}"),
-        f"precision  {manifest.precision} on {manifest.target}, max length {manifest.max_length}",
+        f"precision  {manifest.precision} on {manifest.target}" + (", packed" if manifest.layout == "packed" else "")
+        + f", max length {manifest.max_length}",
         f"fused ops  {', '.join(f'{op} {n}' for op, n in manifest.fused_ops.items())}",
         f"parity     {', '.join(f'{k} {v}' for k, v in parity.items())}",
     ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from encoderrt.runtime.backends import load_backend
-from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.manifest import read_manifest, sha256_file
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 
@@ -23,3 +25,26 @@ def run_artifact(artifact: Path, texts=None, pairs=None, drop: str | None = None
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def tensorrt_graph_artifact(tiny_models, tiny_artifacts, name, tmp_path, layout="packed"):
+    """The compiled CPU artifact with the TensorRT graph in place of its own, served on the CPU.
+
+    padded: the opset-23 graph with standard Attention, on onnxruntime; packed: the plugin graph, on
+    onnx's reference evaluator (the plugin in numpy).
+    """
+    from encoderrt.compile import CompileOptions
+    from encoderrt.compile.packed import export_packed, packed_attention_count
+    from encoderrt.compile.source import inspect_source
+    from encoderrt.compile.tensorrt import export_for_tensorrt, standard_attention_count
+
+    source = inspect_source(CompileOptions(model_dir=tiny_models[name], output_dir=tmp_path / "unused"))
+    artifact = shutil.copytree(tiny_artifacts[name], tmp_path / f"{name}-{layout}")
+    export, count = (export_packed, packed_attention_count) if layout == "packed" else (export_for_tensorrt, standard_attention_count)
+    export(source, artifact / "model.onnx")
+    assert count(artifact / "model.onnx", source.num_layers) == source.num_layers
+    manifest = read_manifest(artifact, verify_files=False)
+    files = {**manifest.files, "model.onnx": sha256_file(artifact / "model.onnx")}
+    target = "onnx-reference" if layout == "packed" else "cpu"
+    (artifact / "manifest.json").write_text(replace(manifest, files=files, layout=layout, target=target).to_json())
+    return artifact

@@ -13,6 +13,7 @@ class ControlledBackend:
     def __init__(self, inner):
         self.inner = inner
         self.input_names = inner.input_names
+        self.max_batch_tokens = inner.max_batch_tokens
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()

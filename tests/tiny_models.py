@@ -66,14 +66,14 @@ def _small(**overrides):
     return base
 
 
-def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 64, seed: int = 0) -> Path:
-    """A BERT encoder (num_labels None) or sequence classifier with a WordPiece tokenizer."""
+def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 64, seed: int = 0, **sizes) -> Path:
+    """A BERT encoder (num_labels None) or sequence classifier with a WordPiece tokenizer; `sizes` override _small's."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
     tokenizer = _wordpiece_tokenizer(max_positions)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=max_positions, **_small(),
+    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=max_positions, **_small(**sizes),
                         **({"num_labels": num_labels} if num_labels else {}))
     model = BertForSequenceClassification(config) if num_labels else BertModel(config)
     model.save_pretrained(folder)

@@ -14,6 +14,8 @@ class CompileOptions:
     task: Literal["auto", "embed", "score", "classify"] = "auto"
     precision: Literal["fp32", "int8", "fp16", "bf16"] = "fp32"
     target: Literal["cpu", "cuda", "tensorrt"] = "cpu"
+    layout: Literal["padded", "packed"] = "padded"
+    """TensorRT only: padded batches with TensorRT's fused attention, or packed (padding-free) with encoderrt's plugin."""
     max_batch_tokens: int = 16384
     """TensorRT only: the largest batch (padded tokens) the optimisation profiles must hold."""
     max_length: int | None = None

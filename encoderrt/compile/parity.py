@@ -52,6 +52,11 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("embed", "int8"): Tolerance(min_cosine=0.97, mean_cosine=0.99),
     ("logits", "fp32"): Tolerance(max_abs_logit_diff=1e-3),
     ("logits", "int8"): Tolerance(min_spearman=0.98),
+    # TensorRT engines in half precision (fp16 keeps 10 mantissa bits, bf16 7)
+    ("embed", "fp16"): Tolerance(min_cosine=0.999),
+    ("embed", "bf16"): Tolerance(min_cosine=0.995, mean_cosine=0.999),
+    ("logits", "fp16"): Tolerance(max_abs_logit_diff=5e-2, min_spearman=0.99),
+    ("logits", "bf16"): Tolerance(max_abs_logit_diff=0.15, min_spearman=0.98),
 }
 
 
@@ -197,7 +202,7 @@ class Probes:
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
-    tokenizer = _tokenizer(manifest, artifact_dir)
+    tokenizer = artifact_tokenizer(manifest, artifact_dir)
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
     return Probes(texts, pairs, reference, name)
@@ -205,11 +210,11 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
 
 def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
-    batched, single = engine_outputs(manifest, artifact_dir, _tokenizer(manifest, artifact_dir), probes.texts, probes.pairs)
+    batched, single = engine_outputs(manifest, artifact_dir, artifact_tokenizer(manifest, artifact_dir), probes.texts, probes.pairs)
     figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape), [batched, single])
     figures["reference"] = probes.reference_name
     return figures, failures
 
 
-def _tokenizer(manifest: Manifest, artifact_dir: Path) -> TextTokenizer:
+def artifact_tokenizer(manifest: Manifest, artifact_dir: Path) -> TextTokenizer:
     return TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)

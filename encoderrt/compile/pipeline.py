@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
 from encoderrt.compile.errors import CompileError, InputError, ParityError
@@ -84,7 +85,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     reporter = reporter or StepReporter(quiet=options.quiet)
     source = inspect_source(options)
     check_output_dir(options.output_dir, options.force)
-    _check_target(options)
+    _check_target(options, source)
     for note in source.notes:
         reporter.note(note)
 
@@ -100,7 +101,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
         assert writer.staging is not None
         exported, optimized, final = Path(work) / "exported.onnx", Path(work) / "optimized.onnx", writer.staging / MODEL_FILE
         if options.target == "tensorrt":
-            return _compile_tensorrt(source, options, reporter, writer, final)
+            return _compile_tensorrt(source, options, reporter, writer, Path(work))
         with reporter.step("export", f"{source.architecture.name} {source.task} from {source.kind} folder"):
             export_onnx(source, load_torch_model(source), exported)
         with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
@@ -133,36 +134,87 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)
 
 
-def _check_target(options: CompileOptions) -> None:
-    allowed = {"cpu": ("fp32", "int8"), "cuda": ("fp32",), "tensorrt": ("fp32", "fp16", "bf16")}[options.target]
-    if options.precision not in allowed:
-        raise InputError(f"--precision {options.precision} is not available for --target {options.target}; "
-                         f"choose {', '.join(allowed)}")
+def _check_target(options: CompileOptions, source: SourceModel) -> None:
+    if options.layout == "packed" and options.target != "tensorrt":
+        raise InputError(f"--layout packed needs --target tensorrt (its attention is a TensorRT plugin), not {options.target}")
+    if options.layout == "packed":
+        from encoderrt.kernels import PACKED_HEAD_DIMS
+
+        head_dim = source.hidden_size // source.num_heads
+        if head_dim not in PACKED_HEAD_DIMS:
+            raise InputError(f"--layout packed supports head sizes {PACKED_HEAD_DIMS}; this model's is {head_dim}")
     if options.target == "tensorrt":
         from encoderrt.compile.tensorrt import check_builder
 
-        check_builder(options.precision)
+        check_builder(options.precision, options.layout)
+        return
+    allowed = {"cpu": ("fp32", "int8"), "cuda": ("fp32",)}[options.target]
+    if options.precision not in allowed:
+        raise InputError(f"--precision {options.precision} is not available for --target {options.target}; "
+                         f"choose {', '.join(allowed)}")
 
 
 def _compile_tensorrt(source: SourceModel, options: CompileOptions, reporter: StepReporter, writer: ArtifactWriter,
-                      final: Path) -> CompileResult:
-    """Standard-Attention graph (parity checked on onnxruntime's CPU), then the engine for this GPU."""
+                      work: Path) -> CompileResult:
+    """The graph (parity checked on the CPU), then the engine for this GPU (parity checked there)."""
     from encoderrt.compile.parity import build_probes, check_parity
-    from encoderrt.compile.tensorrt import ENGINE_FILE, build_engine, export_for_tensorrt, plan_profiles, standard_attention_count
+    from encoderrt.compile.tensorrt import ENGINE_FILE, build_engine, plan_packed, plan_profiles
 
     assert writer.staging is not None
-    with reporter.step("export", f"{source.architecture.name} {source.task}, opset 23 with standard Attention"):
-        export_for_tensorrt(source, final)
-        attention = standard_attention_count(final, source.num_layers)
-    pad_token_id = _save_tokenizer(source, writer.staging)
-    manifest = replace(_manifest(source, options, pad_token_id, {"Attention": attention}), precision="fp32", target="cpu")
-    with reporter.step("verify", "parity of the TensorRT graph on onnxruntime CPU (fp32)"):
-        figures, failures = check_parity(manifest, writer.staging, build_probes(source, manifest, writer.staging))
+    packed = options.layout == "packed"
+    manifest, graph_inputs, graph_notes = _tensorrt_graph(source, options, reporter, writer.staging, work)
+    probes = build_probes(source, manifest, writer.staging)
+    where = "onnx's reference evaluator, the plugin in numpy" if packed else "onnxruntime CPU"
+    with reporter.step("verify", f"parity of the TensorRT graph on {where} ({manifest.precision})"):
+        graph_figures, failures = check_parity(manifest, writer.staging, probes)
     if failures:
-        raise ParityError(f"parity check failed: {'; '.join(failures)}; figures: {figures}")
-    profiles = plan_profiles(source.max_length, options.max_batch_tokens)
-    with reporter.step("build", f"TensorRT {options.precision}, {len(profiles)} optimisation profiles"):
-        record = build_engine(final, writer.staging / ENGINE_FILE, options.precision, profiles, source.architecture.input_names)
-    manifest = writer.commit(replace(manifest, precision=options.precision, target="tensorrt", parity=figures,
-                                     engine={"file": ENGINE_FILE, "record": record.to_dict()}))
+        raise ParityError(f"parity check of the graph failed: {'; '.join(failures)}; figures: {graph_figures}")
+    profiles = () if packed else plan_profiles(source.max_length, options.max_batch_tokens)
+    packed_shapes = plan_packed(options.max_batch_tokens) if packed else None
+    with reporter.step("build", f"TensorRT {options.precision}, " + ("one packed profile" if packed else f"{len(profiles)} optimisation profiles")):
+        record = build_engine(writer.staging / MODEL_FILE, writer.staging / ENGINE_FILE, options.precision, profiles,
+                              packed_shapes, graph_inputs)
+    manifest = replace(manifest, precision=options.precision, target="tensorrt",
+                       engine={"file": ENGINE_FILE, "record": record.to_dict()})
+    with reporter.step("verify", f"parity of the engine on this GPU ({options.precision})"):
+        figures, failures = check_parity(manifest, writer.staging, probes)
+    if failures:
+        raise ParityError(f"parity check of the engine failed: {'; '.join(failures)}; figures: {figures}")
+    manifest = writer.commit(replace(manifest, parity={**figures, "graph": {**graph_figures, **graph_notes}}))
     return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)
+
+
+def _tensorrt_graph(source: SourceModel, options: CompileOptions, reporter: StepReporter, staging: Path,
+                    work: Path) -> tuple[Manifest, tuple[str, ...], dict[str, Any]]:
+    """Write the graph TensorRT will build from, and the manifest that runs it on this CPU (for its parity).
+
+    Returns that manifest, the graph's input names, and what quantisation did.
+    """
+    from encoderrt.compile.packed import export_packed, packed_attention_count
+    from encoderrt.compile.parity import artifact_tokenizer
+    from encoderrt.compile.qdq import calibration_batches, quantize_qdq, smooth
+    from encoderrt.compile.tensorrt import export_for_tensorrt, standard_attention_count
+    from encoderrt.runtime.packing import packed_input_names
+
+    final, int8 = staging / MODEL_FILE, options.precision == "int8"
+    if options.layout == "packed":
+        with reporter.step("export", f"{source.architecture.name} {source.task}, packed, attention through the plugin"):
+            export_packed(source, final)
+            fused_ops = {"PackedAttention": packed_attention_count(final, source.num_layers)}
+        graph_target, graph_inputs = "onnx-reference", packed_input_names(source.architecture.uses_token_type_ids)
+    else:
+        exported = work / "exported.onnx" if int8 else final
+        with reporter.step("export", f"{source.architecture.name} {source.task}, opset 23 with standard Attention"):
+            export_for_tensorrt(source, exported)
+            fused_ops = {"Attention": standard_attention_count(exported, source.num_layers)}
+        graph_target, graph_inputs = "cpu", source.architecture.input_names
+    pad_token_id = _save_tokenizer(source, staging)
+    manifest = replace(_manifest(source, options, pad_token_id, fused_ops), precision="int8" if int8 else "fp32",
+                       target=graph_target, layout=options.layout)
+    if not int8:
+        return manifest, graph_inputs, {}
+    with reporter.step("quantise", "static int8 QDQ, SmoothQuant on LayerNorm-fed MatMuls, calibrated on built-in texts"):
+        batches = calibration_batches(artifact_tokenizer(manifest, staging), source.task)
+        smoothed = smooth(exported, work / "smoothed.onnx", batches)
+        kept = quantize_qdq(work / "smoothed.onnx", final, batches)
+    return manifest, graph_inputs, {"smoothed_inputs": smoothed, "half_precision_nodes": kept}

@@ -22,7 +22,7 @@ _GELU_OPS = {"Gelu", "FastGelu", "BiasGelu"}
 
 
 @contextmanager
-def _quiet_root_logger() -> Iterator[None]:
+def quiet_quantizer_logs() -> Iterator[None]:
     """The quantizer warns on the root logger about pre-processing that does not apply to fused graphs."""
     root = logging.getLogger()
     level = root.level
@@ -46,7 +46,7 @@ def quantize_int8(optimized: Path, quantized: Path, keep_fp32: Sequence[str] = (
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with _quiet_root_logger():
+    with quiet_quantizer_logs():
         quantize_dynamic(
             str(optimized),
             str(quantized),

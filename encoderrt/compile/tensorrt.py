@@ -1,25 +1,31 @@
 """The TensorRT target: an ONNX graph TensorRT fuses, optimisation profiles, the engine and its record.
 
-The graph is exported with SDPA attention at opset 23, where torch's exporter emits the standard
-ONNX `Attention` op (non-causal) that TensorRT 10.14+ parses into its fused attention layer;
-onnxruntime's CPU runs the same graph, so its parity is checked on any machine. Building the
-engine needs TensorRT and an NVIDIA GPU; the engine is tied to both, and the record says which.
+Two graph layouts. Padded (the default): exported with SDPA attention at opset 23, where torch's
+exporter emits the standard ONNX `Attention` op (non-causal) that TensorRT 10.14+ parses into its
+fused attention layer; onnxruntime's CPU runs the same graph, so its parity is checked on any
+machine. Packed (compile/packed.py): padding-free, attention through encoderrt's plugin. Building
+the engine needs TensorRT and an NVIDIA GPU; the engine is tied to both, and the record says which.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
 from encoderrt.compile.errors import CompileError, FusionError, InputError
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.engine_record import EngineRecord, Profile
+from encoderrt.runtime.engine_record import EngineRecord, PackedShapes, Profile, Shapes
 
 TENSORRT_OPSET = 23
 ENGINE_FILE = "engine.plan"
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PACKED_PRECISIONS = ("fp16", "bf16")
+"""The packed attention kernel computes in fp16/bf16 on the tensor cores."""
 MIN_SEQUENCE_BUCKET = 32
+MAX_PACKED_SEQUENCES = 512
+_ATTENTION_LAYER = re.compile(r"attention|mha|packed_attention", re.IGNORECASE)
 
 
 def plan_profiles(max_length: int, max_batch_tokens: int) -> tuple[Profile, ...]:
@@ -77,11 +83,19 @@ def standard_attention_count(path: Path, num_layers: int) -> int:
     return len(nodes)
 
 
-def check_builder(precision: str) -> None:
+def plan_packed(max_batch_tokens: int, max_sequences: int = MAX_PACKED_SEQUENCES) -> PackedShapes:
+    """One profile: the token budget's worth of real tokens, in at most max_sequences sequences per engine call."""
+    if max_batch_tokens < 1 or max_sequences < 1:
+        raise ValueError(f"need positive max_batch_tokens ({max_batch_tokens}) and max_sequences ({max_sequences})")
+    return PackedShapes(max_tokens=max_batch_tokens, max_sequences=min(max_sequences, max_batch_tokens))
+
+
+def check_builder(precision: str, layout: str = "padded") -> None:
     """Fail before any work when the engine cannot be built here."""
-    if precision not in PRECISIONS:
-        raise InputError(f"--precision {precision} is not available for TensorRT; choose {', '.join(PRECISIONS)}"
-                         " (int8 engines need a QDQ-quantised graph, not built yet)")
+    allowed = PACKED_PRECISIONS if layout == "packed" else PRECISIONS
+    if precision not in allowed:
+        raise InputError(f"--precision {precision} is not available for --target tensorrt --layout {layout}; "
+                         f"choose {', '.join(allowed)}")
     try:
         import tensorrt  # noqa: F401
     except ImportError:
@@ -93,9 +107,13 @@ def check_builder(precision: str) -> None:
 
 
 def build_engine(onnx_path: Path, engine_path: Path, precision: str, profiles: tuple[Profile, ...],
-                 input_names: tuple[str, ...]) -> EngineRecord:
+                 packed: PackedShapes | None, graph_inputs: tuple[str, ...]) -> EngineRecord:
+    """Build for the visible GPU; `packed` set means the graph's attention is encoderrt's plugin."""
     import tensorrt as trt
     import torch
+
+    if packed:
+        import encoderrt.kernels.tensorrt_plugin  # noqa: F401 - registers the plugin the graph's attention nodes name
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -105,22 +123,35 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, profiles: t
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise CompileError(f"TensorRT could not parse the graph: {errors}")
     config = builder.create_builder_config()
-    if precision != "fp32":
-        config.set_flag(trt.BuilderFlag.FP16 if precision == "fp16" else trt.BuilderFlag.BF16)
+    # int8: the graph's QDQ pairs say which GEMMs run in int8 (explicit quantisation); the rest runs in fp16
+    for flag in {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8", "FP16")}[precision]:
+        config.set_flag(getattr(trt.BuilderFlag, flag))
     config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    for profile in profiles:
-        optimisation = builder.create_optimization_profile()
-        minimum, optimum, maximum = profile.shapes()
-        for name in input_names:
-            optimisation.set_shape(name, minimum, optimum, maximum)
-        config.add_optimization_profile(optimisation)
+    for shapes in optimisation_profiles(profiles, packed, graph_inputs):
+        _add_profile(builder, config, shapes)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise CompileError("TensorRT could not build the engine (see its log above)")
     engine_path.write_bytes(bytes(serialized))
     engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
     layers = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
-    names = [str(layer.get("Name", layer)) if isinstance(layer, dict) else str(layer) for layer in layers.get("Layers", [])]
-    fused = sum(1 for name in names if any(key in name.lower() for key in ("attention", "mha", "fmha")))
+    described = [" ".join(str(layer.get(key, "")) for key in ("Name", "LayerType")) if isinstance(layer, dict) else str(layer)
+                 for layer in layers.get("Layers", [])]
+    fused = sum(1 for text in described if _ATTENTION_LAYER.search(text))
     major, minor = torch.cuda.get_device_capability()
-    return EngineRecord(trt.__version__, f"{major}.{minor}", precision, profiles, fused or None)
+    return EngineRecord(trt.__version__, f"{major}.{minor}", precision, profiles, fused or None, packed)
+
+
+def optimisation_profiles(profiles: tuple[Profile, ...], packed: PackedShapes | None,
+                          graph_inputs: tuple[str, ...]) -> list[dict[str, Shapes]]:
+    """Each profile's (min, opt, max) shape for every graph input, as the builder sets them."""
+    if packed:
+        return [{name: packed.shapes(name) for name in graph_inputs}]
+    return [{name: profile.shapes() for name in graph_inputs} for profile in profiles]
+
+
+def _add_profile(builder, config, shapes: dict[str, Shapes]) -> None:
+    profile = builder.create_optimization_profile()
+    for name, (minimum, optimum, maximum) in shapes.items():
+        profile.set_shape(name, minimum, optimum, maximum)
+    config.add_optimization_profile(profile)

@@ -6,5 +6,6 @@ ARCHITECTURE = Architecture(
     name="bert",
     model_types=("bert",),
     uses_token_type_ids=True,
+    classifier_input="pooler",
     position_offset_from_padding=False,
 )

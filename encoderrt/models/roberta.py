@@ -6,5 +6,6 @@ ARCHITECTURE = Architecture(
     name="roberta",
     model_types=("roberta", "xlm-roberta"),
     uses_token_type_ids=False,
+    classifier_input="first_token",
     position_offset_from_padding=True,
 )

@@ -30,12 +30,15 @@ class Calibration:
 
 
 def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, latency_cap_ms: float) -> Calibration:
+    """Budgets past the backend's own limit (an engine's profiles) are not tried."""
+    limit = backend.max_batch_tokens
+    candidates = [b for b in CANDIDATE_BUDGETS if limit is None or b <= limit] or [limit]
     length = min(ROW_LENGTH, max_length)
     rng = np.random.default_rng(0)
     ids = [1] + rng.integers(100, max(101, vocab_size - 1), size=length - 2).tolist() + [2]
     row = Tokens(ids, [0] * length)
     measurements: list[tuple[int, float, float]] = []
-    for budget in CANDIDATE_BUDGETS:
+    for budget in candidates:
         if budget < max_length and measurements:
             continue
         rows = max(1, budget // length)
@@ -50,7 +53,8 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
     for candidate in within_cap[1:]:
         if candidate[1] >= chosen[1] * WORTH_IT:
             chosen = candidate
-    return Calibration(max(chosen[0], max_length), tuple(measurements))
+    budget = max(chosen[0], max_length)
+    return Calibration(budget if limit is None else min(budget, limit), tuple(measurements))
 
 
 def _timed(backend: Backend, feeds: dict[str, np.ndarray]) -> float:

@@ -97,7 +97,10 @@ class Engine:
         per_session = BackendOptions(max(1, threads // config.sessions))
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]
         calibration: Calibration | None = None
-        budget = config.max_batch_tokens
+        budget, limit = config.max_batch_tokens, backends[0].max_batch_tokens
+        if budget is not None and limit is not None and budget > limit:
+            raise ValueError(f"max_batch_tokens {budget} is more than this engine was built for ({limit}); "
+                             f"choose at most {limit}, or recompile with --max-batch-tokens {budget}")
         if budget is None:
             calibration = calibrate(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.vocab_size,
                                     config.calibration_latency_ms)

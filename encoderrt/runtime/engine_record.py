@@ -32,6 +32,27 @@ class Profile:
         return self.min_length <= width <= self.max_length and rows <= self.max_batch
 
 
+Shapes = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""An input's (minimum, optimum, maximum) shape in an optimisation profile."""
+
+
+@dataclass(frozen=True)
+class PackedShapes:
+    """The packed engine's one profile: up to max_tokens real tokens in up to max_sequences sequences.
+
+    A batch with more rows runs in several engine calls; max_sequences also bounds the [sequences x
+    tokens] membership matrix that mean pooling multiplies by.
+    """
+
+    max_tokens: int
+    max_sequences: int
+
+    def shapes(self, name: str) -> Shapes:
+        if name == "cu_seqlens":
+            return (2,), (min(64, self.max_sequences) + 1,), (self.max_sequences + 1,)
+        return (1,), (max(1, self.max_tokens // 2),), (self.max_tokens,)
+
+
 @dataclass(frozen=True)
 class EngineRecord:
     """What an engine was built for; the runtime refuses an engine that does not match its machine."""
@@ -41,14 +62,25 @@ class EngineRecord:
     precision: str
     profiles: tuple[Profile, ...]
     fused_attention_layers: int | None = None
-    """Layers TensorRT reports as fused attention, where its inspector says."""
+    """Layers TensorRT reports as fused attention (or the packed attention plugin), where its inspector says."""
+    packed: PackedShapes | None = None
+    """Set for a packed graph, whose one profile this is; `profiles` is then empty."""
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """The token budget the engine was built for: any batch of rows x width within it fits a profile."""
+        if self.packed:
+            return self.packed.max_tokens
+        return max(p.max_batch * p.min_length for p in self.profiles)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EngineRecord":
-        return cls(**{**data, "profiles": tuple(Profile(**p) for p in data["profiles"])})
+        packed = data.get("packed")
+        return cls(**{**data, "profiles": tuple(Profile(**p) for p in data["profiles"]),
+                      "packed": PackedShapes(**packed) if packed else None})
 
 
 def pick_profile(profiles: tuple[Profile, ...], rows: int, width: int) -> int:

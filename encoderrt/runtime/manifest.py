@@ -20,10 +20,12 @@ Task = Literal["embed", "score", "classify"]
 Pooling = Literal["cls", "mean"]
 Activation = Literal["sigmoid", "softmax", "identity"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
+Layout = Literal["padded", "packed"]
 
 TASKS: tuple[str, ...] = ("embed", "score", "classify")
 POOLINGS: tuple[str, ...] = ("cls", "mean")
 ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity")
+LAYOUTS: tuple[str, ...] = ("padded", "packed")
 
 
 class ManifestError(ValueError):
@@ -68,6 +70,9 @@ class Manifest:
     versions: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     """sha256 of every file in the artifact other than the manifest itself."""
+    layout: Layout = "padded"
+    """How the graph takes a batch. `inputs` are always the tokenizer's padded feeds; a packed graph takes
+    the real tokens only, with cu_seqlens (runtime/packing.py), and its attention is a GPU plugin."""
     engine: dict[str, Any] = field(default_factory=dict)
     """Target-specific record: for "tensorrt", the engine file and what it was built for (engine_record.py)."""
     schema_version: int = SCHEMA_VERSION
@@ -107,6 +112,8 @@ class Manifest:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
         if self.activation not in ACTIVATIONS:
             raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
+        if self.layout not in LAYOUTS:
+            raise ManifestError(f"manifest layout {self.layout!r} is not one of {LAYOUTS}")
         if self.max_length < 2:
             raise ManifestError(f"manifest max_length {self.max_length} is too small")
 

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from encoderrt.compile.tensorrt import plan_profiles, standard_attention_count
+from encoderrt.compile.tensorrt import plan_profiles
 from encoderrt.runtime.backends import BackendUnavailable, load_backend
 from encoderrt.runtime.engine_record import EngineMismatch, EngineRecord, check_engine_compatibility, pick_profile
 from encoderrt.runtime.manifest import read_manifest
@@ -28,6 +28,7 @@ def test_profiles_cover_every_batch_the_budget_allows():
             profile = profiles[pick_profile(profiles, rows, width)]
             assert profile.min_length <= width <= profile.max_length and rows <= profile.max_batch
     assert profiles[-1].max_batch == 16384 // 257 and profiles[-1].opt_batch == 16384 // 512
+    assert EngineRecord("10.14.1", "9.0", "fp16", profiles).max_batch_tokens == 16384
     assert plan_profiles(max_length=24, max_batch_tokens=64) == plan_profiles(24, 64)[:1]
     with pytest.raises(ValueError, match="no optimisation profile covers a batch of 600 rows x 40 tokens"):
         pick_profile(profiles, 600, 40)
@@ -46,30 +47,16 @@ def test_mismatched_engine_is_refused():
 
 
 def test_tensorrt_graph_has_one_standard_attention_per_layer_and_runs_on_onnxruntime(tiny_models, tiny_artifacts, tmp_path):
-    """The graph handed to TensorRT: standard non-causal Attention, with parity on onnxruntime's CPU."""
-    from dataclasses import replace
-
+    """The padded graph handed to TensorRT: standard non-causal Attention, with parity on onnxruntime's CPU."""
     import onnx
     import torch
     from sentence_transformers import CrossEncoder
 
-    from artifact_runner import run_artifact
-    from encoderrt.compile import CompileOptions
-    from encoderrt.compile.source import inspect_source
-    from encoderrt.compile.tensorrt import export_for_tensorrt
-    from encoderrt.runtime.manifest import sha256_file
+    from artifact_runner import run_artifact, tensorrt_graph_artifact
 
-    source = inspect_source(CompileOptions(model_dir=tiny_models["bert-cross-encoder"], output_dir=tmp_path / "x"))
-    # the compiled CPU artifact, with the TensorRT graph in place of the CPU one
-    artifact = shutil.copytree(tiny_artifacts["bert-cross-encoder"], tmp_path / "trt-graph")
-    export_for_tensorrt(source, artifact / "model.onnx")
-    assert standard_attention_count(artifact / "model.onnx", source.num_layers) == 2
+    artifact = tensorrt_graph_artifact(tiny_models, tiny_artifacts, "bert-cross-encoder", tmp_path, layout="padded")
     ops = {node.op_type for node in onnx.load(str(artifact / "model.onnx")).graph.node}
-    assert "Softmax" not in ops and "LayerNormalization" in ops
-    manifest = read_manifest(artifact, verify_files=False)
-    files = {**manifest.files, "model.onnx": sha256_file(artifact / "model.onnx")}
-    (artifact / "manifest.json").write_text(replace(manifest, files=files).to_json())
-
+    assert "Softmax" not in ops and "LayerNormalization" in ops and "Attention" in ops
     pairs = [("the quick fox", "the lazy dog"), ("café", "résumé naïve"), ("x", " ".join(["fox"] * 80))]
     reference = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", max_length=64).predict(
         pairs, activation_fn=torch.nn.Identity())
@@ -119,6 +106,23 @@ def test_tensorrt_engine_builds_and_matches(tiny_models, tmp_path):
     assert result.manifest.engine["record"]["fused_attention_layers"]
     with Engine.load(result.path, max_batch_tokens=2048) as engine:
         assert len(engine.score("the fox", ["the dog", "a fox"])) == 2
+
+
+@requires_tensorrt
+def test_packed_tensorrt_engine_matches_sentence_transformers(minilm_dir, tmp_path):
+    """The plugin path on the GPU: MiniLM (head size 32) in bf16, against SentenceTransformer.encode."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt import Engine
+    from encoderrt.compile import CompileOptions, compile_model
+
+    result = compile_model(CompileOptions(model_dir=minilm_dir, output_dir=tmp_path / "packed", target="tensorrt",
+                                          layout="packed", precision="bf16", max_batch_tokens=4096, quiet=True))
+    texts = ["a", "what is the capital of france?", "the quick brown fox jumps over the lazy dog " * 20]
+    expected = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
+    with Engine.load(result.path, max_batch_tokens=4096) as engine:
+        got = np.asarray(engine.embed(texts))
+    assert (got * expected).sum(1).min() > 0.995
 
 
 @requires_tensorrt

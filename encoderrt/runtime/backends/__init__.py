@@ -1,7 +1,8 @@
 """Backends, one module per target; the manifest's `target` picks one.
 
 A module here that defines `TARGET` and `create(manifest, artifact_dir, options)` is found by
-`load_backend`, so adding a backend means adding one file.
+`load_backend`, so adding a backend means adding one file. `LAYOUTS` names the graph layouts it
+runs (runtime/manifest.py); without it, padded only.
 """
 
 from __future__ import annotations
@@ -37,4 +38,8 @@ def load_backend(manifest: Manifest, artifact_dir: str | Path, options: BackendO
         raise BackendUnavailable(
             f"artifact target '{manifest.target}' has no backend here; available: {', '.join(sorted(_targets()))}"
         )
+    layouts = getattr(module, "LAYOUTS", ("padded",))
+    if manifest.layout not in layouts:
+        raise BackendUnavailable(f"the {manifest.target} target runs {' or '.join(layouts)} graphs; this artifact's graph "
+                                 f"is {manifest.layout}")
     return module.create(manifest, Path(artifact_dir), options or BackendOptions())

@@ -26,6 +26,8 @@ class BackendOptions:
 
 class Backend(Protocol):
     input_names: tuple[str, ...]
+    max_batch_tokens: int | None
+    """The largest padded batch (rows x width) it can run, where an engine was built for one; None: no limit."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """Run one padded batch; returns the graph's single output ([rows, dim])."""

@@ -32,6 +32,7 @@ class OnnxRuntimeCpuBackend:
         if set(declared) != set(input_names):
             raise ValueError(f"{model_path.name} takes inputs {declared}, the manifest says {input_names}")
         self.input_names = input_names
+        self.max_batch_tokens = None
         self._output = self._session.get_outputs()[0].name
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:

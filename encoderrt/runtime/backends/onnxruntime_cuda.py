@@ -17,17 +17,18 @@ class OnnxRuntimeCudaBackend:
         try:
             import onnxruntime as ort
         except ImportError:
-            raise BackendUnavailable("the cuda target needs onnxruntime-gpu: pip install 'encoderrt[gpu]'") from None
+            raise BackendUnavailable("the cuda target needs onnxruntime-gpu: pip install 'encoderrt[cuda]'") from None
         available = ort.get_available_providers()
         if "CUDAExecutionProvider" not in available:
             raise BackendUnavailable(
                 "the cuda target needs onnxruntime-gpu (this onnxruntime offers only "
-                f"{', '.join(available)}): pip uninstall onnxruntime && pip install 'encoderrt[gpu]'")
+                f"{', '.join(available)}): pip uninstall onnxruntime && pip install 'encoderrt[cuda]'")
         providers = [p for p in ("TensorrtExecutionProvider", "CUDAExecutionProvider") if p in available]
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
         self.input_names = input_names
+        self.max_batch_tokens = None
         self._output = self._session.get_outputs()[0].name
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:

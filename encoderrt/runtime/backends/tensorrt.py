@@ -1,9 +1,11 @@
 """TensorRT on an NVIDIA GPU: the backend for artifacts with target "tensorrt".
 
-One execution context per optimisation profile, chosen by the batch's shape; one CUDA stream;
-pinned host staging buffers and device buffers sized for each profile's largest batch at load;
-copies and the run are asynchronous on the stream, with one synchronisation per batch. CUDA is
-reached through cuda-python, not torch: the serving path stays torch-free.
+Padded engines have one execution context per optimisation profile, chosen by the batch's shape.
+Packed engines (attention through encoderrt's plugin, compiled into the engine) have one profile;
+the backend drops the batch's padding before the run, and splits a batch with more rows than the
+profile holds. One CUDA stream; pinned host staging buffers and device buffers sized for the
+largest batch at load; copies and the run are asynchronous, with one synchronisation per run.
+CUDA is reached through cuda-python, not torch: the serving path stays torch-free.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import numpy as np
 from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
 from encoderrt.runtime.engine_record import EngineRecord, check_engine_compatibility, pick_profile
 from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.packing import pack_feeds, packed_input_names
 
 TARGET = "tensorrt"
+LAYOUTS = ("padded", "packed")
 _INSTALL = "pip install 'encoderrt[gpu]' (tensorrt and cuda-python)"
 
 
@@ -26,6 +30,19 @@ def _cuda_check(result):
     if int(error) != 0:
         raise RuntimeError(f"CUDA call failed with error {int(error)}")
     return values[0] if len(values) == 1 else values
+
+
+def input_capacities(record: EngineRecord, graph_inputs: tuple[str, ...]) -> dict[str, tuple[int, type]]:
+    """The most elements each graph input holds in any profile, and its dtype: what the buffers are sized for."""
+    if record.packed:
+        return {name: (record.packed.max_sequences + 1, np.int32) if name == "cu_seqlens" else (record.packed.max_tokens, np.int64)
+                for name in graph_inputs}
+    largest = max(p.max_batch * p.max_length for p in record.profiles)
+    return {name: (largest, np.int64) for name in graph_inputs}
+
+
+def max_rows(record: EngineRecord) -> int:
+    return record.packed.max_sequences if record.packed else max(p.max_batch for p in record.profiles)
 
 
 class TensorRTBackend:
@@ -45,41 +62,46 @@ class TensorRTBackend:
         properties = _cuda_check(cudart.cudaGetDeviceProperties(0))
         check_engine_compatibility(record, trt.__version__, f"{properties.major}.{properties.minor}")
         self.input_names = manifest.inputs
+        self.max_batch_tokens = record.max_batch_tokens
+        self._record = record
+        self._graph_inputs = packed_input_names("token_type_ids" in manifest.inputs) if record.packed else manifest.inputs
         self._output = manifest.outputs[0]
-        self._profiles = record.profiles
         logger = trt.Logger(trt.Logger.WARNING)
         self._engine = trt.Runtime(logger).deserialize_cuda_engine((artifact_dir / manifest.engine["file"]).read_bytes())
         if self._engine is None:
-            raise BackendUnavailable("TensorRT could not load the engine file")
+            raise BackendUnavailable("TensorRT could not load the engine file (see its log above)")
         self._stream = _cuda_check(cudart.cudaStreamCreate())
         self._contexts = []
-        for index, _ in enumerate(self._profiles):
+        for index in range(len(record.profiles) or 1):
             context = self._engine.create_execution_context()
             context.set_optimization_profile_async(index, self._stream)
             self._contexts.append(context)
-        largest = max(p.max_batch * p.max_length for p in self._profiles)
-        rows = max(p.max_batch for p in self._profiles)
-        width = manifest.shape.output_dim
-        self._host = {name: self._pinned(largest * 8) for name in self.input_names}
-        self._device = {name: _cuda_check(cudart.cudaMalloc(largest * 8)) for name in self.input_names}
-        self._out_host = self._pinned(rows * width * 4)
-        self._out_device = _cuda_check(cudart.cudaMalloc(rows * width * 4))
-        self._out_dtype = np.float32
-
-    def _pinned(self, size: int) -> int:
-        return _cuda_check(self._cudart.cudaMallocHost(size))
+        self._host, self._device = {}, {}
+        for name, (elements, dtype) in input_capacities(record, self._graph_inputs).items():
+            nbytes = elements * np.dtype(dtype).itemsize
+            self._host[name] = _cuda_check(cudart.cudaMallocHost(nbytes))
+            self._device[name] = _cuda_check(cudart.cudaMalloc(nbytes))
+        output_bytes = max_rows(record) * manifest.shape.output_dim * 4
+        self._out_host = _cuda_check(cudart.cudaMallocHost(output_bytes))
+        self._out_device = _cuda_check(cudart.cudaMalloc(output_bytes))
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        cudart = self._cudart
         rows, width = feeds["input_ids"].shape
-        context = self._contexts[pick_profile(self._profiles, rows, width)]
-        kind_h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-        for name in self.input_names:
-            data = np.ascontiguousarray(feeds[name], dtype=np.int64)
-            staging = np.ctypeslib.as_array((ctypes.c_int64 * data.size).from_address(self._host[name]))
-            staging[:] = data.ravel()
-            _cuda_check(cudart.cudaMemcpyAsync(self._device[name], self._host[name], data.nbytes, kind_h2d, self._stream))
-            context.set_input_shape(name, (rows, width))
+        if not self._record.packed:
+            return self._execute(self._contexts[pick_profile(self._record.profiles, rows, width)], feeds)
+        step = self._record.packed.max_sequences
+        parts = [self._execute(self._contexts[0], pack_feeds({name: array[start : start + step] for name, array in feeds.items()}))
+                 for start in range(0, rows, step)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _execute(self, context, arrays: dict[str, np.ndarray]) -> np.ndarray:
+        cudart = self._cudart
+        to_device = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        for name in self._graph_inputs:
+            data = np.ascontiguousarray(arrays[name])
+            ctypes.memmove(self._host[name], data.ctypes.data, data.nbytes)
+            _cuda_check(cudart.cudaMemcpyAsync(self._device[name], self._host[name], data.nbytes, to_device, self._stream))
+            context.set_input_shape(name, data.shape)
             context.set_tensor_address(name, self._device[name])
         context.set_tensor_address(self._output, self._out_device)
         if not context.execute_async_v3(self._stream):
