@@ -73,8 +73,33 @@ class FakeEngine:
         return FakeContext(self)
 
 
+class FakePlugins(types.ModuleType):
+    """`tensorrt.plugin`: records what a module registers, by plugin id and kind (register, autotune, aot_impl)."""
+
+    def __init__(self):
+        super().__init__("tensorrt.plugin")
+        self.registered: dict[str, dict[str, object]] = {}
+        for kind in ("register", "autotune", "aot_impl", "impl"):
+            setattr(self, kind, self._decorator(kind))
+        self.TensorDesc = self.Tensor = object
+        self.AutoTuneCombination = lambda *formats: formats
+        self.KernelLaunchParams = types.SimpleNamespace
+        self.SymIntExprs = lambda count: ("SymIntExprs", count)
+
+    def _decorator(self, kind):
+        def decorate(plugin_id):
+            def record(function):
+                self.registered.setdefault(plugin_id, {})[kind] = function
+                return function
+            return record
+        return decorate
+
+
 def install(monkeypatch, version: str = "10.14.1", capability: tuple[int, int] = (9, 0)) -> list[FakeEngine]:
-    """Put the fakes where the backend imports them; returns the list that collects the loaded engines."""
+    """Put the fakes where the backend imports them; returns the list that collects the loaded engines.
+
+    `sys.modules["tensorrt"].plugin.registered` then shows the plugins registered with the fake.
+    """
     engines: list[FakeEngine] = []
     memory: list[ctypes.Array] = []
 
@@ -95,6 +120,8 @@ def install(monkeypatch, version: str = "10.14.1", capability: tuple[int, int] =
     tensorrt.__version__ = version
     tensorrt.Logger = type("Logger", (), {"WARNING": 2, "__init__": lambda self, level=None: None})
     tensorrt.Runtime = type("Runtime", (), {"__init__": lambda self, logger: None, "deserialize_cuda_engine": deserialize})
+    tensorrt.plugin = FakePlugins()
+    tensorrt.float16, tensorrt.bfloat16 = "float16", "bfloat16"
     runtime = types.ModuleType("cuda.bindings.runtime")
     runtime.cudaGetDeviceCount = lambda: (0, 1)
     runtime.cudaGetDeviceProperties = lambda device: (0, types.SimpleNamespace(major=capability[0], minor=capability[1]))
@@ -106,6 +133,9 @@ def install(monkeypatch, version: str = "10.14.1", capability: tuple[int, int] =
     runtime.cudaStreamSynchronize = lambda stream: (0,)
     cuda, bindings = types.ModuleType("cuda"), types.ModuleType("cuda.bindings")
     cuda.bindings, bindings.runtime = bindings, runtime
-    for name, module in {"tensorrt": tensorrt, "cuda": cuda, "cuda.bindings": bindings, "cuda.bindings.runtime": runtime}.items():
+    modules = {"tensorrt": tensorrt, "tensorrt.plugin": tensorrt.plugin, "cuda": cuda, "cuda.bindings": bindings,
+               "cuda.bindings.runtime": runtime}
+    for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delitem(sys.modules, "encoderrt.kernels.tensorrt_plugin", raising=False)  # registers again, with the fake
     return engines

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -146,26 +147,45 @@ def test_packed_engine_record_round_trips():
     assert plan_packed(max_batch_tokens=100).max_sequences == 100
 
 
-def test_kernel_compiles_ahead_of_time_for_hopper():
-    """What the TensorRT plugin embeds in the engine: PTX, with the inputs-then-outputs parameter order.
+def test_plugin_compiles_the_kernel_ahead_of_time_for_hopper():
+    """What the TensorRT plugin embeds in the engine: PTX for the model's shape, and the launch grid.
 
-    Triton lowers to PTX without a GPU; it runs in a child process because the tests' interpreter
-    mode (TRITON_INTERPRET=1) replaces the compiler.
+    The plugin's ahead-of-time function runs against tests/fake_tensorrt.py's stand-in for
+    tensorrt.plugin; Triton lowers to PTX without a GPU. It runs in a child process because the
+    tests' interpreter mode (TRITON_INTERPRET=1) replaces Triton's compiler.
     """
-    code = (
-        "import json, re\n"
-        "from encoderrt.kernels.aot import compile_packed_attention\n"
-        "out = {}\n"
-        "for dtype, head_dim in (('bf16', 64), ('fp16', 32)):\n"
-        "    k = compile_packed_attention(dtype, 12, head_dim, head_dim ** -0.5, (9, 0))\n"
-        "    entry = re.search(r'\\.entry (\\w+)\\((.*?)\\)', k.ptx, re.S)\n"
-        "    out[dtype] = [entry.group(1), entry.group(2).count('.param'), k.num_warps, k.shared_bytes, 'wgmma' in k.ptx]\n"
-        "print(json.dumps(out))\n"
-    )
+    code = """
+import json, re, sys, types
+import fake_tensorrt
+
+class Patch:
+    def setitem(self, mapping, key, value): mapping[key] = value
+    def delitem(self, mapping, key, raising=True): mapping.pop(key, None)
+
+fake_tensorrt.install(Patch())
+import functools
+from encoderrt.kernels import aot
+aot.compile_packed_attention = functools.partial(aot.compile_packed_attention, compute_capability=(9, 0))  # no GPU here
+import encoderrt.kernels.tensorrt_plugin
+plugin = sys.modules["tensorrt"].plugin.registered["encoderrt::packed_attention"]
+out = {}
+for dtype, head_dim in (("bfloat16", 64), ("float16", 32)):
+    q = types.SimpleNamespace(dtype=dtype, shape_expr=["tokens", 12, head_dim])
+    cu_seqlens = types.SimpleNamespace(dtype="int32", shape_expr=[9])
+    formats = plugin["autotune"](q, q, q, cu_seqlens, 512, head_dim ** -0.5, 12, head_dim, (q,))
+    name, ptx, launch, extra = plugin["aot_impl"](q, q, q, cu_seqlens, 512, head_dim ** -0.5, 12, head_dim, (q,), 0)
+    params = re.search(r"\\.entry (\\w+)\\((.*?)\\)", ptx, re.S).group(2).count(".param")
+    out[dtype] = [name, params, "wgmma" in ptx, [launch.grid_x, launch.grid_y, launch.grid_z, launch.block_x],
+                  launch.shared_mem, list(extra), list(formats[0])]
+print(json.dumps(out))
+"""
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-3000:]
     compiled = json.loads(result.stdout.strip().splitlines()[-1])
-    for name, params, warps, shared, tensor_cores in compiled.values():
-        assert name == "packed_attention_kernel" and params >= 5 and warps == 4
-        assert 0 < shared <= 227 * 1024 and tensor_cores  # fits an H100/H200 block; Hopper's wgmma instructions
+    for name, params, tensor_cores, grid, shared, extra, formats in compiled.values():
+        assert name == "packed_attention_kernel" and params >= 5 and tensor_cores  # Hopper's wgmma instructions
+        assert grid == [512 // 64, 8, 12, 4 * 32]  # query blocks of the longest sequence, 8 sequences, 12 heads; 4 warps
+        assert 0 < shared <= 227 * 1024 and extra == ["SymIntExprs", 0]
+        assert formats == ["FP16|BF16, FP16|BF16, FP16|BF16, INT32, FP16|BF16", "LINEAR"]

@@ -49,6 +49,10 @@ def test_packed_engine_drops_padding_and_splits_large_batches(tiny_models, tiny_
     calls = engines[0].calls
     assert [shapes["cu_seqlens"] for _, shapes in calls] == [(4,), (3,)]  # 5 rows in runs of at most 3 sequences
     assert all(shapes["input_ids"] == shapes["token_type_ids"] for _, shapes in calls)
+    import sys
+
+    plugin = sys.modules["tensorrt"].plugin.registered["encoderrt::packed_attention"]  # registered before the engine loads
+    assert set(plugin) == {"register", "autotune", "aot_impl"}
 
 
 def test_padded_engine_runs_each_batch_in_the_profile_for_its_shape(tiny_models, tiny_artifacts, tmp_path, monkeypatch,

@@ -32,6 +32,15 @@ def _cuda_check(result):
     return values[0] if len(values) == 1 else values
 
 
+def _register_plugin() -> None:
+    """The packed attention plugin's kernel is inside the engine; registering its description too costs
+    nothing and lets TensorRT versions that look the plugin up at load find it. No torch is imported."""
+    try:
+        import encoderrt.kernels.tensorrt_plugin  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailable(f"packed engines need TensorRT's plugin module ({exc.name} is missing): {_INSTALL}") from None
+
+
 def input_capacities(record: EngineRecord, graph_inputs: tuple[str, ...]) -> dict[str, tuple[int, type]]:
     """The most elements each graph input holds in any profile, and its dtype: what the buffers are sized for."""
     if record.packed:
@@ -66,6 +75,8 @@ class TensorRTBackend:
         self._record = record
         self._graph_inputs = packed_input_names("token_type_ids" in manifest.inputs) if record.packed else manifest.inputs
         self._output = manifest.outputs[0]
+        if record.packed:
+            _register_plugin()
         logger = trt.Logger(trt.Logger.WARNING)
         self._engine = trt.Runtime(logger).deserialize_cuda_engine((artifact_dir / manifest.engine["file"]).read_bytes())
         if self._engine is None:
