@@ -24,9 +24,9 @@ class _Graph:
         if any(op.domain == "encoderrt" for op in model.opset_import):
             from onnx.reference import ReferenceEvaluator
 
-            from encoderrt.runtime.backends.onnx_reference import _plugin_ops
+            from encoderrt.runtime.backends.onnx_reference import plugin_ops
 
-            evaluator = ReferenceEvaluator(model, new_ops=_plugin_ops())
+            evaluator = ReferenceEvaluator(model, new_ops=plugin_ops())
             self.run = lambda feeds: evaluator.run(None, feeds)[0]
         else:
             import onnxruntime

@@ -25,7 +25,8 @@ PACKED_PRECISIONS = ("fp16", "bf16")
 """The packed attention kernel computes in fp16/bf16 on the tensor cores."""
 MIN_SEQUENCE_BUCKET = 32
 MAX_PACKED_SEQUENCES = 512
-_ATTENTION_LAYER = re.compile(r"attention|mha|packed_attention", re.IGNORECASE)
+_ATTENTION_LAYER = re.compile(r"attention|mha|plugin", re.IGNORECASE)
+"""Layer types of TensorRT's fused attention, and of the packed attention plugin (a plugin layer)."""
 
 
 def plan_profiles(max_length: int, max_batch_tokens: int) -> tuple[Profile, ...]:
@@ -135,9 +136,9 @@ def build_engine(onnx_path: Path, engine_path: Path, precision: str, profiles: t
     engine_path.write_bytes(bytes(serialized))
     engine = trt.Runtime(logger).deserialize_cuda_engine(serialized)
     layers = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
-    described = [" ".join(str(layer.get(key, "")) for key in ("Name", "LayerType")) if isinstance(layer, dict) else str(layer)
-                 for layer in layers.get("Layers", [])]
-    fused = sum(1 for text in described if _ATTENTION_LAYER.search(text))
+    # by layer type, not name: unfused layers keep names such as ".../attention/output/dense"
+    layer_types = [str(layer.get("LayerType", "")) for layer in layers.get("Layers", []) if isinstance(layer, dict)]
+    fused = sum(1 for layer_type in layer_types if _ATTENTION_LAYER.search(layer_type))
     major, minor = torch.cuda.get_device_capability()
     return EngineRecord(trt.__version__, f"{major}.{minor}", precision, profiles, fused or None, packed)
 

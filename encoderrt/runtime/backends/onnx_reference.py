@@ -32,7 +32,7 @@ def packed_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, cu_seqlens: np
     return out
 
 
-def _plugin_ops() -> list[type]:
+def plugin_ops() -> list[type]:
     from onnx.reference.op_run import OpRun
 
     class PackedAttention(OpRun):
@@ -53,7 +53,7 @@ class OnnxReferenceBackend:
             from onnx.reference import ReferenceEvaluator
         except ImportError:
             raise BackendUnavailable("the onnx-reference target needs onnx: pip install 'encoderrt[compile]'") from None
-        self._session = ReferenceEvaluator(str(model_path), new_ops=_plugin_ops())
+        self._session = ReferenceEvaluator(str(model_path), new_ops=plugin_ops())
         self.input_names = input_names
         self.max_batch_tokens = None
         self._packed = packed
