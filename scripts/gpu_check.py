@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 import sys
 
@@ -36,6 +37,15 @@ def lengths_mix(count: int, seed: int = 0, mean: float = 80.0, max_length: int =
     return values
 
 
+def cu_seqlens(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+
+
+def length_mask(lengths: list[int]) -> torch.Tensor:
+    """[B, longest] attention mask, right-padded, as the tokenizer pads."""
+    return (torch.arange(max(lengths), device="cuda")[None, :] < torch.tensor(lengths, device="cuda")[:, None]).long()
+
+
 def check_correctness() -> bool:
     from encoderrt.kernels.packed_attention import packed_attention
     from encoderrt.kernels.reference import reference_attention
@@ -46,7 +56,7 @@ def check_correctness() -> bool:
             lengths = [1, 7, 64, 129, 512, 300]
             total = sum(lengths)
             q, k, v = (torch.randn(total, 12, head_dim, device="cuda", dtype=dtype) for _ in range(3))
-            cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+            cu = cu_seqlens(lengths)
             out = packed_attention(q, k, v, cu, max(lengths))
             ref = reference_attention(q, k, v, cu)
             error = (out.float() - ref.float()).abs().max().item()
@@ -75,20 +85,19 @@ def timed(function, repeats: int = 20) -> float:
 
 def check_speed(heads: int, head_dim: int, sequences: int = 512, dtype=torch.bfloat16) -> dict[str, float]:
     from encoderrt.kernels.packed_attention import packed_attention
+    from encoderrt.kernels.packing import pack
 
     lengths = lengths_mix(sequences)
     total, longest = sum(lengths), max(lengths)
-    q, k, v = (torch.randn(total, heads, head_dim, device="cuda", dtype=dtype) for _ in range(3))
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    padded = [torch.zeros(sequences, heads, longest, head_dim, device="cuda", dtype=dtype) for _ in range(3)]
-    mask = torch.zeros(sequences, 1, 1, longest, dtype=torch.bool, device="cuda")
-    for row, (start, length) in enumerate(zip(cu[:-1].tolist(), lengths)):
-        for source, target in zip((q, k, v), padded):
-            target[row, :, :length] = source[start : start + length].transpose(0, 1)
-        mask[row, ..., :length] = True
+    mask = length_mask(lengths)
+    padded = [torch.randn(sequences, longest, heads, head_dim, device="cuda", dtype=dtype) for _ in range(3)]
+    packs = [pack(t, mask) for t in padded]
+    (q, k, v), cu = (p.tokens for p in packs), packs[0].cu_seqlens
+    padded = [t.transpose(1, 2) for t in padded]  # [B, heads, S, head_dim], as SDPA takes it
+    key_mask = mask.bool()[:, None, None, :]
     sdpa = torch.nn.functional.scaled_dot_product_attention
     packed_ms = timed(lambda: packed_attention(q, k, v, cu, longest))
-    masked_ms = timed(lambda: sdpa(*padded, attn_mask=mask))
+    masked_ms = timed(lambda: sdpa(*padded, attn_mask=key_mask))
     unmasked_ms = timed(lambda: sdpa(*padded))
     real_flops = 4 * head_dim * heads * sum(n * n for n in lengths)
     padding_ratio = sequences * longest * longest / sum(n * n for n in lengths)
@@ -129,7 +138,7 @@ def check_aot_launch() -> bool:
             checked(driver.cuFuncSetAttribute(
                 function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.shared_bytes))
         q, k, v = (torch.randn(sum(lengths), heads, head_dim, device="cuda", dtype=dtype) for _ in range(3))
-        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+        cu = cu_seqlens(lengths)
         out = torch.full_like(q, float("nan"))
         pointers = [t.data_ptr() for t in (q, k, v, cu, out)] + [0] * (params - 5)  # Triton's scratch pointers: unused
         grid = (-(-max_seqlen // kernel.block_m), len(lengths), heads)  # what the plugin's launch parameters say
@@ -152,6 +161,7 @@ def check_end_to_end(sequences: int = 256, layers: int = 12, hidden: int = 768, 
 
     from encoderrt.bench.flops import flops_per_token
     from encoderrt.compile.packed import ATTENTION_IMPLEMENTATION, PackedModel, _register
+    from encoderrt.kernels.packing import pack
     from encoderrt.models import find_architecture
     from encoderrt.runtime.manifest import ModelShape
 
@@ -166,11 +176,9 @@ def check_end_to_end(sequences: int = 256, layers: int = 12, hidden: int = 768, 
     lengths = lengths_mix(sequences, seed=1)
     total, longest = sum(lengths), max(lengths)
     ids = torch.randint(1000, 30000, (sequences, longest), device="cuda")
-    mask = torch.zeros(sequences, longest, dtype=torch.long, device="cuda")
-    for row, length in enumerate(lengths):
-        mask[row, :length] = 1
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    flat = ids[mask.bool()]
+    mask = length_mask(lengths)
+    packed = pack(ids, mask)
+    flat, cu = packed.tokens, packed.cu_seqlens
 
     def padded_run():
         model.set_attn_implementation("sdpa")

@@ -8,12 +8,13 @@ and the CPU has bf16 instructions.
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from encoderrt.runtime.backends.base import BackendOptions
 
 ROWS = 512
 """Tokens in the measured product: a typical batch."""
@@ -40,8 +41,7 @@ def cpu_description() -> dict[str, object]:
     except OSError:
         pass
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": model, "cores": cores, "flags": [f for f in wanted if f in flags]}
+    return {"model": model, "cores": BackendOptions().resolved_threads(), "flags": [f for f in wanted if f in flags]}
 
 
 def _ort_gemm(k: int, n: int, integer: bool, threads: int, seconds: float) -> float:
@@ -91,12 +91,14 @@ def _torch_bf16(k: int, n: int, threads: int, seconds: float) -> float | None:
     return _rate(lambda: a @ b, k, n, seconds)
 
 
-def measure(hidden: int, intermediate: int, precision: str, threads: int, seconds: float = 0.5) -> list[Ceiling]:
-    """fp32 always; int8 for int8 artifacts (and to compare); bf16 where the CPU and torch allow."""
+def measure(hidden: int, intermediate: int, threads: int, flags: list[str], seconds: float = 0.5) -> list[Ceiling]:
+    """fp32 and int8 always (to compare an artifact with the other precision too); bf16 where the CPU and torch allow.
+
+    `flags` are cpu_description()'s.
+    """
     shape = (ROWS, hidden, intermediate)
     ceilings = [Ceiling("fp32", _ort_gemm(hidden, intermediate, False, threads, seconds), shape, "onnxruntime MatMul")]
     ceilings.append(Ceiling("int8", _ort_gemm(hidden, intermediate, True, threads, seconds), shape, "onnxruntime MatMulInteger"))
-    flags = cpu_description()["flags"]
     if "avx512_bf16" in flags or "amx_bf16" in flags:
         rate = _torch_bf16(hidden, intermediate, threads, seconds)
         if rate is not None:

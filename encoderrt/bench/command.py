@@ -84,14 +84,15 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
         if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
             raise FileNotFoundError(f"--reference needs the model folder the artifact was compiled from ({source})")
         reference = runners.Reference(source, info.task, info.max_length)
+    cpu = ceiling.cpu_description()
     report = Report(
         model={"name": name, "task": info.task, "precision": info.precision, "target": info.target,
                "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens, "artifact": str(artifact),
                "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float))}},
-        cpu=ceiling.cpu_description(),
+        cpu=cpu,
         versions=package_versions(_PACKAGES),
-        ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, info.precision,
-                                 threads=ceiling.cpu_description()["cores"]),
+        ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, threads=cpu["cores"],
+                                 flags=cpu["flags"]),
         flops_per_token={},
     )
     steps = len(chosen) * (len(options.concurrency) * len(options.modes) * options.repeat + (1 if reference else 0))

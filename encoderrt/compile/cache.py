@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from encoderrt import __version__
-from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest, sha256_file
 
 log = logging.getLogger("encoderrt.compile")
 
@@ -37,10 +37,7 @@ def content_key(folder: Path) -> str:
     """sha256 over the files that define the model (configs, weights, tokenizer) and this encoderrt version."""
     digest = hashlib.sha256(f"encoderrt {__version__}; fp32 defaults".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
-        digest.update(path.relative_to(folder).as_posix().encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.postprocess import cosine_pairs
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 _PASSAGE = (
@@ -144,10 +145,6 @@ def engine_outputs(
     return batched.astype(np.float32), single.astype(np.float32)
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
-
-
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation (average ranks for ties)."""
 
@@ -172,7 +169,7 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
     tolerance = TOLERANCES[(kind, precision)]
     figures: dict[str, Any] = {"probes": int(reference.shape[0])}
     if kind == "embed":
-        cosines = [_cosines(reference, c) for c in candidates]
+        cosines = [cosine_pairs(reference, c) for c in candidates]
         figures["min_cosine"] = float(min(c.min() for c in cosines))
         figures["mean_cosine"] = float(min(c.mean() for c in cosines))
     else:

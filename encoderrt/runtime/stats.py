@@ -50,5 +50,5 @@ class EngineStats:
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             values = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
-        values["padding_efficiency"] = values["real_tokens"] / values["padded_tokens"] if values["padded_tokens"] else 1.0
+            values["padding_efficiency"] = self.padding_efficiency
         return values
