@@ -19,10 +19,14 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local Hugging Face or sentence-transformers folder (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--output", "-o", type=Path, required=True, metavar="ARTIFACT_DIR", help="artifact folder to write")
     parser.add_argument("--task", choices=["auto", "embed", "score", "classify"], default="auto")
-    parser.add_argument("--precision", choices=["fp32", "int8", "fp16", "bf16"], default="fp32",
-                        help="cpu: fp32 or int8; cuda: fp32; tensorrt: fp32, fp16 or bf16")
-    parser.add_argument("--target", choices=["cpu", "cuda", "tensorrt"], default="cpu",
-                        help="cpu: onnxruntime; cuda: onnxruntime-gpu; tensorrt: a TensorRT engine for this GPU")
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8", "fp16"], default="auto",
+                        help="auto: fp32, or bf16 where this CPU computes it natively and it meets the lossless tier, "
+                             "whichever measures faster; cpu: fp32 or int8; openvino: fp32, bf16 or int8; cuda: fp32; "
+                             "tensorrt: fp32, fp16, bf16 or int8")
+    parser.add_argument("--target", choices=["auto", "cpu", "openvino", "cuda", "tensorrt"], default="auto",
+                        help="auto: the fastest CPU target on this machine, measured at compile; cpu: onnxruntime; "
+                             "openvino: OpenVINO (bf16 and int8 on AMX/avx512_bf16); cuda: onnxruntime-gpu; "
+                             "tensorrt: a TensorRT engine for this GPU")
     parser.add_argument("--layout", choices=["padded", "packed"], default="padded",
                         help="tensorrt: padded batches with TensorRT's fused attention, or packed (no padding computed) "
                              "with encoderrt's attention plugin (fp16/bf16, head sizes 32 and 64)")
@@ -166,8 +170,10 @@ def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", choices=["queries", "passages", "rerank", "all"], default="all")
     parser.add_argument("--mode", choices=["engine", "http", "both"], default="engine")
     parser.add_argument("--concurrency", type=_int_list, default=(1, 8, 32), metavar="1,8,32")
-    parser.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds per run (at least one pass)")
-    parser.add_argument("--reference", action="store_true", help="also run sentence-transformers fp32 on the same texts")
+    parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="seconds per run (at least one pass)")
+    parser.add_argument("--reference", nargs="?", const="torch", default=None, metavar="torch,torch-bf16,onnx,openvino",
+                        help="also run sentence-transformers on the same texts: fp32 (torch, the default and the "
+                             "reference of every ratio), under bf16 autocast, or with its onnx / openvino backends")
     parser.add_argument("--out", type=Path, default=Path("bench-report"), metavar="DIR")
     parser.add_argument("--check", type=Path, default=None, metavar="BASELINE.json", help="exit 1 if a ratio regressed")
     parser.add_argument("--tolerance", type=float, default=0.15)
@@ -176,11 +182,12 @@ def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N")
     parser.add_argument("--scale", type=float, default=1.0, help="workload size factor")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="run each measurement N times (engine and HTTP alternating) and keep the best")
+                        help="run each measurement in N alternating rounds; figures are medians over them")
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     from encoderrt.bench.command import BenchOptions, run_bench
+    from encoderrt.bench.references import parse_kinds
     from encoderrt.runtime.manifest import ManifestError
 
     console = Console(stderr=True, highlight=False)
@@ -196,6 +203,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     if not 0 <= args.tolerance < 1:
         console.print(f"[red]error:[/] --tolerance must be in [0, 1), got {args.tolerance}")
         return 2
+    try:
+        references = parse_kinds(args.reference) if args.reference else ()
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    if references and references[0] != "torch":
+        references = ("torch", *(k for k in references if k != "torch"))  # every ratio is against fp32 torch
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _silence_library_chatter()
     options = BenchOptions(
@@ -204,7 +218,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         modes=("engine", "http") if args.mode == "both" else (args.mode,),
         concurrency=args.concurrency,
         duration=args.duration,
-        reference=args.reference,
+        references=references,
         out=args.out,
         check=args.check,
         tolerance=args.tolerance,

@@ -25,8 +25,10 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 def _compile(source: Path, output: Path, **options):
+    """onnxruntime fp32 unless a test asks otherwise: measuring candidates (the default) is tested on its own."""
     from encoderrt.compile import CompileOptions, compile_model
 
+    options = {"target": "cpu", "precision": "fp32", **options}
     return compile_model(CompileOptions(model_dir=source, output_dir=output, quiet=True, **options))
 
 

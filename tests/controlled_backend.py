@@ -14,6 +14,8 @@ class ControlledBackend:
         self.inner = inner
         self.input_names = inner.input_names
         self.max_batch_tokens = inner.max_batch_tokens
+        self.parallel_runs = 1  # one batch at a time, so a test holds exactly the batch it gates
+        self.execution = inner.execution
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()

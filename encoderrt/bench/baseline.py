@@ -20,20 +20,47 @@ class Comparison:
         return self.current is not None and self.current >= self.floor
 
 
-def read_baseline(path: Path) -> dict[str, float]:
+def read_baseline(path: Path, tier: str | None = None) -> dict[str, float]:
+    """The ratios to hold: the file's floor for every CPU, overridden by those recorded for this CPU's tier."""
+    data = _load(path)
+    ratios = dict(_ratios(data, path))
+    recorded = data.get("by_cpu", {})
+    if tier is not None and isinstance(recorded, dict) and isinstance(recorded.get(tier), dict):
+        ratios.update(_ratios(recorded[tier], path))
+    return ratios
+
+
+def recorded_tiers(path: Path) -> list[str]:
+    recorded = _load(path).get("by_cpu", {})
+    return sorted(recorded) if isinstance(recorded, dict) else []
+
+
+def _load(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read baseline {path}: {exc}") from None
-    ratios = data.get("ratios") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError(f"baseline {path} has no 'ratios' object of numbers")
+    return data
+
+
+def _ratios(data: dict, path: Path) -> dict[str, float]:
+    ratios = data.get("ratios")
     if not isinstance(ratios, dict) or not all(isinstance(v, (int, float)) for v in ratios.values()):
         raise ValueError(f"baseline {path} has no 'ratios' object of numbers")
     return {str(k): float(v) for k, v in ratios.items()}
 
 
-def write_baseline(path: Path, ratios: dict[str, float], note: str) -> None:
+def write_baseline(path: Path, ratios: dict[str, float], note: str, tier: str | None = None) -> None:
+    """Record `ratios` for CPUs of `tier` (the floor too, in a new file); other tiers' records are kept."""
+    data = _load(path) if path.is_file() else {"note": note, "ratios": ratios}
+    if tier is not None:
+        data.setdefault("by_cpu", {})[tier] = {"note": note, "ratios": ratios}
+    else:
+        data.update(note=note, ratios=ratios)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"note": note, "ratios": ratios}, indent=2) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def compare(baseline: dict[str, float], current: dict[str, float], tolerance: float) -> list[Comparison]:

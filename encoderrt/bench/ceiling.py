@@ -1,9 +1,10 @@
 """The machine's own GEMM ceiling, measured on the spot with the engine's own kernels.
 
-fp32 and int8 (u8 x s8, the VNNI/AMX path of dynamic quantisation) run through onnxruntime's
-MatMul / MatMulInteger on an FFN-shaped product, so the ceiling is what this CPU and this
-onnxruntime can reach, not a datasheet figure. bf16 is measured with torch where it is installed
-and the CPU has bf16 instructions.
+For onnxruntime artifacts, fp32 and int8 (u8 x s8, the VNNI/AMX path of dynamic quantisation) run
+through onnxruntime's MatMul / MatMulInteger on an FFN-shaped product, and bf16 through torch where
+the CPU has bf16 instructions. For OpenVINO artifacts, f32, bf16 and int8 (FakeQuantize-fed MatMul,
+which OpenVINO lowers to its AMX/VNNI int8 kernels) run through OpenVINO itself, with the
+backend's streams. So the ceiling is what this CPU and this runtime can reach, not a datasheet figure.
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ def cpu_description() -> dict[str, object]:
         pass
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
     return {"model": model, "cores": BackendOptions().resolved_threads(), "flags": [f for f in wanted if f in flags]}
+
+
+def cpu_tier(flags: list[str]) -> str:
+    """The CPU's class for bf16/int8 speed: what a baseline's expectations are recorded per."""
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    return "avx512" if "avx512f" in flags else "other"
 
 
 def _ort_gemm(k: int, n: int, integer: bool, threads: int, seconds: float) -> float:
@@ -91,15 +101,51 @@ def _torch_bf16(k: int, n: int, threads: int, seconds: float) -> float | None:
     return _rate(lambda: a @ b, k, n, seconds)
 
 
-def measure(hidden: int, intermediate: int, threads: int, flags: list[str], seconds: float = 0.5) -> list[Ceiling]:
-    """fp32 and int8 always (to compare an artifact with the other precision too); bf16 where the CPU and torch allow.
+def _openvino_gemm(k: int, n: int, precision: str, threads: int, seconds: float) -> float:
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from encoderrt.runtime.backends.openvino import OpenVinoBackend
+    from encoderrt.runtime.throughput import pass_seconds
+
+    rng = np.random.default_rng(0)
+    a = ops.parameter([ROWS, k], ov.Type.f32, name="a")
+    b = ops.constant(rng.standard_normal((k, n), dtype=np.float32))
+    if precision == "int8":
+        def fake_quantize(x, bound: float, levels: int):
+            low, high = ops.constant(np.float32(-bound)), ops.constant(np.float32(bound))
+            return ops.fake_quantize(x, low, high, low, high, levels)
+
+        a_in, b_in = fake_quantize(a, 4.0, 256), fake_quantize(b, 4.0, 255)
+    else:
+        a_in, b_in = a, b
+    model = ov.Model([ops.matmul(a_in, b_in, False, False)], [a], "gemm")
+    compiled = ov.Core().compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads,
+                                                       "INFERENCE_PRECISION_HINT": "f32" if precision == "fp32" else "bf16"})
+    backend = OpenVinoBackend(compiled, ("a",), "gemm")
+    feeds = [{"a": rng.standard_normal((ROWS, k), dtype=np.float32)}] * (4 * backend.parallel_runs)
+    pass_seconds(backend, feeds)
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        best = min(best, pass_seconds(backend, feeds))
+    return 2 * ROWS * k * n * len(feeds) / best / 1e9
+
+
+def measure(hidden: int, intermediate: int, threads: int, flags: list[str], target: str = "cpu",
+            seconds: float = 0.5) -> list[Ceiling]:
+    """Every precision the target's runtime offers here (to compare an artifact with the other precisions too).
 
     `flags` are cpu_description()'s.
     """
     shape = (ROWS, hidden, intermediate)
+    bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
+    if target == "openvino":
+        precisions = ("fp32", "bf16", "int8") if bf16 else ("fp32", "int8")
+        return [Ceiling(p, _openvino_gemm(hidden, intermediate, p, threads, seconds), shape, f"OpenVINO MatMul {p}")
+                for p in precisions]
     ceilings = [Ceiling("fp32", _ort_gemm(hidden, intermediate, False, threads, seconds), shape, "onnxruntime MatMul")]
     ceilings.append(Ceiling("int8", _ort_gemm(hidden, intermediate, True, threads, seconds), shape, "onnxruntime MatMulInteger"))
-    if "avx512_bf16" in flags or "amx_bf16" in flags:
+    if bf16:
         rate = _torch_bf16(hidden, intermediate, threads, seconds)
         if rate is not None:
             ceilings.append(Ceiling("bf16", rate, shape, "torch matmul (oneDNN)"))

@@ -12,12 +12,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from encoderrt.bench import baseline as baselines
 from encoderrt.bench import ceiling, runners, workloads
 from encoderrt.bench.flops import flops_per_token
+from encoderrt.bench.references import Reference
 from encoderrt.bench.report import Report
 from encoderrt.compile.cache import artifact_for
 from encoderrt.runtime import Engine
 from encoderrt.versions import package_versions
 
-_PACKAGES = ("encoderrt", "onnxruntime", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
+_PACKAGES = ("encoderrt", "onnxruntime", "openvino", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,9 @@ class BenchOptions:
     workloads: tuple[str, ...] = workloads.WORKLOADS
     modes: tuple[str, ...] = ("engine",)
     concurrency: tuple[int, ...] = (1, 8, 32)
-    duration: float = 10.0
-    reference: bool = False
+    duration: float = 5.0
+    references: tuple[str, ...] = ()
+    """sentence-transformers backends to run on the same inputs (references.KINDS); the first ratio is against torch."""
     out: Path | None = None
     check: Path | None = None
     tolerance: float = 0.15
@@ -38,12 +40,13 @@ class BenchOptions:
     scale: float = 1.0
     """Workload size factor (1.0: 512 queries, 256 passages, 12 rerank lists)."""
     repeat: int = 1
-    """Runs of each measurement; the best one counts (noise on a shared machine only ever slows a run down)."""
+    """Alternating rounds of every measurement; figures are medians over them (report.py)."""
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     console = console or Console(stderr=True, highlight=False)
-    baseline = baselines.read_baseline(options.check) if options.check else None  # fail early on a bad file
+    tier = ceiling.cpu_tier(ceiling.cpu_description()["flags"])
+    baseline = baselines.read_baseline(options.check, tier) if options.check else None  # fail early on a bad file
     user_texts = workloads.read_texts(options.texts_file) if options.texts_file else None
     artifact, name = artifact_for(options.target)
     engine = Engine.load(artifact, max_batch_tokens=options.max_batch_tokens)
@@ -58,6 +61,9 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     print(report.markdown())
     status = 0
     if baseline is not None:
+        assert options.check is not None
+        if tier not in baselines.recorded_tiers(options.check):
+            console.print(f"note: {options.check} records nothing for this CPU tier ({tier}); checking its floor for every CPU")
         comparisons = baselines.compare(baseline, report.ratios(), options.tolerance)
         print(baselines.format_comparisons(comparisons, options.tolerance))
         failed = [c for c in comparisons if not c.passed]
@@ -68,7 +74,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
             console.print("[green]no performance regression[/]")
     if options.write_baseline:
         baselines.write_baseline(options.write_baseline, report.ratios(),
-                                 f"{report.model['name']} {report.model['precision']}; {report.cpu['model']}")
+                                 f"{report.model['name']} {report.model['precision']} on {report.model['target']}; "
+                                 f"{report.cpu['model']} ({tier})", tier)
         console.print(f"wrote baseline {options.write_baseline}")
     return status
 
@@ -78,53 +85,90 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     info, manifest = engine.info, engine.manifest
     chosen = [w for w in (workloads.build(n, info.task, user_texts, options.scale, max(options.concurrency))
                           for n in options.workloads) if w]
-    reference = None
-    if options.reference:
-        source = Path(manifest.source.get("path", ""))
-        if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
-            raise FileNotFoundError(f"--reference needs the model folder the artifact was compiled from ({source})")
-        reference = runners.Reference(source, info.task, info.max_length)
+    references = _references(options, manifest, info) if options.references else []
     cpu = ceiling.cpu_description()
     report = Report(
         model={"name": name, "task": info.task, "precision": info.precision, "target": info.target,
-               "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens, "artifact": str(artifact),
-               "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float))}},
-        cpu=cpu,
+               "execution": info.execution, "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens,
+               "artifact": str(artifact),
+               "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}},
+        cpu={**cpu, "tier": ceiling.cpu_tier(cpu["flags"])},
         versions=package_versions(_PACKAGES),
         ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, threads=cpu["cores"],
-                                 flags=cpu["flags"]),
+                                 flags=cpu["flags"], target=manifest.target),
         flops_per_token={},
     )
-    steps = len(chosen) * (len(options.concurrency) * len(options.modes) * options.repeat + (1 if reference else 0))
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=console, transient=True)
+    per_round = len(options.concurrency) * len(options.modes) + len(references) + ("engine" in options.modes)
+    progress = _Progress(console, len(chosen) * options.repeat * per_round)
     with progress, contextlib.ExitStack() as stack:
         url = stack.enter_context(runners.served(artifact, info.max_batch_tokens)) if "http" in options.modes else None
-        task = progress.add_task("bench", total=steps)
         for workload in chosen:
-            progress.update(task, description=f"{workload.name}: warm-up")
+            progress.step(f"{workload.name}: warm-up")
             engine.run(workload.requests[0])
-            for concurrency in options.concurrency:
-                best: dict[str, runners.RunResult] = {}
-                for round_ in range(options.repeat):  # engine and HTTP alternate, so drift hits both alike
+            raw = runners.RawBackend(artifact, manifest, workload, info.max_batch_tokens) if "engine" in options.modes else None
+            tokens = engine.count_tokens(workload.reference_texts, workload.reference_pairs) if references else 0
+            for round_ in range(1, options.repeat + 1):  # everything alternates, so drift hits it all alike
+                for concurrency in options.concurrency:
                     for mode in options.modes:
-                        progress.update(task, description=f"{workload.name}: {mode}, {concurrency} clients, round {round_ + 1}")
+                        label = f"{workload.name}: {mode}, {concurrency} clients, round {round_}"
+                        progress.step(label)
                         if mode == "engine":
                             run = runners.run_engine(engine, workload, concurrency, options.duration)
                         else:
                             assert url is not None
                             run = runners.run_http(url, workload, concurrency, options.duration)
-                        if mode not in best or run.tokens_per_s > best[mode].tokens_per_s:
-                            best[mode] = run
-                        progress.advance(task)
-                for mode in options.modes:
-                    report.runs.append(best[mode])
-                    report.flops_per_token.setdefault(
-                        workload.name, flops_per_token(manifest.shape, best[mode].tokens / max(best[mode].items, 1)))
-            if reference:  # after the engine: torch's idle threads keep spinning for a while after a run
-                progress.update(task, description=f"{workload.name}: reference")
-                tokens = engine.count_tokens(workload.reference_texts, workload.reference_pairs)
-                report.references[workload.name] = reference.run(workload, tokens, repeats=max(2, options.repeat))
-                progress.advance(task)
-    report.runs.sort(key=lambda r: (options.modes.index(r.mode), [w.name for w in chosen].index(r.workload), r.concurrency))
+                        report.measurement(workload.name, mode, concurrency).runs.append(run)
+                        progress.done(label, f"{run.tokens_per_s:.0f} tokens/s")
+                if raw is not None:
+                    label = f"{workload.name}: backend alone, round {round_}"
+                    progress.step(label)
+                    report.raw.setdefault(workload.name, []).append(raw.run(options.duration / 2))
+                    progress.done(label, f"{report.raw[workload.name][-1]:.0f} tokens/s")
+                for reference in references:  # after the engine: torch's idle threads keep spinning for a while
+                    label = f"{workload.name}: sentence-transformers {reference.kind}, round {round_}"
+                    progress.step(label)
+                    result = reference.run(workload, tokens)
+                    report.references.setdefault(workload.name, {}).setdefault(reference.kind, []).append(result)
+                    progress.done(label, f"{result.tokens_per_s:.0f} tokens/s")
+            mean_row = max(report.measurement(workload.name, options.modes[0], options.concurrency[0]).median.tokens, 1)
+            items = max(report.measurement(workload.name, options.modes[0], options.concurrency[0]).median.items, 1)
+            report.flops_per_token[workload.name] = flops_per_token(manifest.shape, mean_row / items)
+    report.measurements.sort(key=lambda m: (options.modes.index(m.mode), [w.name for w in chosen].index(m.workload), m.concurrency))
     return report
+
+
+def _references(options: BenchOptions, manifest, info) -> list[Reference]:
+    source = Path(manifest.source.get("path", ""))
+    if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
+        raise FileNotFoundError(f"--reference needs the model folder the artifact was compiled from ({source})")
+    return [Reference(source, info.task, info.max_length, kind) for kind in options.references]
+
+
+class _Progress:
+    """A progress bar on a terminal; elsewhere (CI logs, pipes) one plain line per measurement."""
+
+    def __init__(self, console: Console, total: int):
+        self.console, self.total, self.count = console, total, 0
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeElapsedColumn(), console=console, transient=True) if console.is_terminal else None
+
+    def __enter__(self) -> "_Progress":
+        if self.bar:
+            self.bar.__enter__()
+            self.task = self.bar.add_task("bench", total=self.total)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.bar:
+            self.bar.__exit__(*exc_info)
+
+    def step(self, label: str) -> None:
+        if self.bar:
+            self.bar.update(self.task, description=label)
+
+    def done(self, label: str, figure: str) -> None:
+        self.count += 1
+        if self.bar:
+            self.bar.advance(self.task)
+        else:
+            self.console.print(f"[{self.count}/{self.total}] {label}: {figure}", soft_wrap=True)

@@ -1,8 +1,15 @@
-"""The bench report: JSON for machines, Markdown for people, PNG plots; and the ratios CI checks."""
+"""The bench report: JSON for machines, Markdown for people, PNG plots; and the ratios CI checks.
+
+Every measurement is repeated in rounds that alternate engine, HTTP, the backend alone and the
+references, so drift on a shared machine hits them alike. A figure is the median over rounds:
+tokens/s of the median run, and each ratio the median of the per-round ratios (a ratio within one
+round compares runs seconds apart, which is what travels between machines).
+"""
 
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,11 +17,35 @@ from typing import Any
 import numpy as np
 
 from encoderrt.bench.ceiling import Ceiling
-from encoderrt.bench.runners import ReferenceResult, RunResult
+from encoderrt.bench.references import ReferenceResult
+from encoderrt.bench.runners import RunResult
 
 
 def percentile_ms(latencies: list[float], q: float) -> float:
     return float(np.percentile(latencies, q) * 1000) if latencies else 0.0
+
+
+def _median_ratio(numerators: list[float], denominators: list[float]) -> float | None:
+    pairs = [(n, d) for n, d in zip(numerators, denominators) if d]
+    return statistics.median(n / d for n, d in pairs) if pairs else None
+
+
+@dataclass
+class Measurement:
+    """One (workload, mode, concurrency): a run per round."""
+
+    workload: str
+    mode: str
+    concurrency: int
+    runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def median(self) -> RunResult:
+        return sorted(self.runs, key=lambda r: r.tokens_per_s)[(len(self.runs) - 1) // 2]
+
+    @property
+    def rates(self) -> list[float]:
+        return [r.tokens_per_s for r in self.runs]
 
 
 @dataclass
@@ -25,59 +56,73 @@ class Report:
     ceilings: list[Ceiling]
     flops_per_token: dict[str, float]
     """Per workload, at its mean row length."""
-    runs: list[RunResult] = field(default_factory=list)
-    references: dict[str, ReferenceResult] = field(default_factory=dict)
+    measurements: list[Measurement] = field(default_factory=list)
+    references: dict[str, dict[str, list[ReferenceResult]]] = field(default_factory=dict)
+    """workload -> reference kind -> one pass per round; "torch" (sentence-transformers fp32) is the reference."""
+    raw: dict[str, list[float]] = field(default_factory=dict)
+    """workload -> the backend alone, tokens/s per round."""
+
+    def measurement(self, workload: str, mode: str, concurrency: int) -> Measurement:
+        found = next((m for m in self.measurements if (m.workload, m.mode, m.concurrency) == (workload, mode, concurrency)), None)
+        if found is None:
+            found = Measurement(workload, mode, concurrency)
+            self.measurements.append(found)
+        return found
 
     def ceiling_for(self, precision: str) -> Ceiling | None:
         return next((c for c in self.ceilings if c.precision == precision), None)
 
-    def row(self, run: RunResult) -> dict[str, Any]:
-        reference = self.references.get(run.workload)
-        engine = next((r for r in self.runs if r.workload == run.workload and r.mode == "engine"
-                       and r.concurrency == run.concurrency), None)
+    def row(self, m: Measurement) -> dict[str, Any]:
+        run = m.median
+        references = self.references.get(m.workload, {})
+        engine = next((e for e in self.measurements if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
         ceiling = self.ceiling_for(self.model["precision"])
-        achieved = run.tokens_per_s * self.flops_per_token.get(run.workload, 0.0) / 1e9
+        achieved = run.tokens_per_s * self.flops_per_token.get(m.workload, 0.0) / 1e9
+        vs = {kind: _median_ratio(m.rates, [r.tokens_per_s for r in passes]) for kind, passes in references.items()}
         return {
-            "workload": run.workload,
-            "mode": run.mode,
-            "concurrency": run.concurrency,
-            "items": run.items,
-            "tokens": run.tokens,
-            "seconds": round(run.seconds, 4),
-            "tokens_per_s": run.tokens_per_s,
-            "items_per_s": run.items_per_s,
-            "p50_ms": percentile_ms(run.latencies, 50),
-            "p95_ms": percentile_ms(run.latencies, 95),
-            "p99_ms": percentile_ms(run.latencies, 99),
-            "padding_efficiency": run.padding_efficiency,
-            "ratio_to_reference": run.tokens_per_s / reference.tokens_per_s if reference else None,
-            "ratio_to_engine": run.tokens_per_s / engine.tokens_per_s if engine and run.mode == "http" else None,
+            "workload": m.workload, "mode": m.mode, "concurrency": m.concurrency, "rounds": len(m.runs),
+            "items": run.items, "tokens": run.tokens, "seconds": round(run.seconds, 4),
+            "tokens_per_s": run.tokens_per_s, "items_per_s": run.items_per_s,
+            "p50_ms": percentile_ms(run.latencies, 50), "p95_ms": percentile_ms(run.latencies, 95),
+            "p99_ms": percentile_ms(run.latencies, 99), "padding_efficiency": run.padding_efficiency,
+            "ratio_to_reference": vs.get("torch"),
+            "ratios_to_references": vs,
+            "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode == "http" else None,
+            "engine_efficiency": _median_ratio(m.rates, self.raw[m.workload]) if m.mode == "engine" and self.raw.get(m.workload) else None,
             "achieved_gflops": achieved,
             "ceiling_fraction": achieved / ceiling.gflops if ceiling else None,
         }
 
+    def backend_ceiling_fraction(self, workload: str) -> float | None:
+        ceiling, rates = self.ceiling_for(self.model["precision"]), self.raw.get(workload)
+        if not ceiling or not rates:
+            return None
+        return statistics.median(rates) * self.flops_per_token.get(workload, 0.0) / 1e9 / ceiling.gflops
+
     def ratios(self) -> dict[str, float]:
-        """The machine-independent figures a baseline holds: speed against the reference and HTTP against engine."""
+        """The machine-independent figures a baseline holds: speed against the references, HTTP against engine,
+        the engine against its backend alone."""
         ratios = {}
-        for run in self.runs:
-            row = self.row(run)
-            key = f"{run.workload}/{run.mode}/c{run.concurrency}"
-            if row["ratio_to_reference"] is not None:
-                ratios[f"{key}/vs_reference"] = round(row["ratio_to_reference"], 4)
-            if row["ratio_to_engine"] is not None:
-                ratios[f"{key}/vs_engine"] = round(row["ratio_to_engine"], 4)
+        for m in self.measurements:
+            row, key = self.row(m), f"{m.workload}/{m.mode}/c{m.concurrency}"
+            for kind, value in row["ratios_to_references"].items():
+                if value is not None:
+                    ratios[f"{key}/vs_reference" if kind == "torch" else f"{key}/vs_{kind}"] = round(value, 4)
+            for name, value in (("vs_engine", row["ratio_to_engine"]), ("vs_backend", row["engine_efficiency"])):
+                if value is not None:
+                    ratios[f"{key}/{name}"] = round(value, 4)
         return ratios
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model,
-            "cpu": self.cpu,
-            "versions": self.versions,
+            "model": self.model, "cpu": self.cpu, "versions": self.versions,
             "ceilings": [asdict(c) for c in self.ceilings],
             "flops_per_token": self.flops_per_token,
-            "references": {k: {**asdict(v), "tokens_per_s": v.tokens_per_s, "items_per_s": v.items_per_s}
-                           for k, v in self.references.items()},
-            "results": [self.row(run) for run in self.runs],
+            "references": {w: {k: [{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in passes] for k, passes in kinds.items()}
+                           for w, kinds in self.references.items()},
+            "backend_alone": {w: {"tokens_per_s": rates, "ceiling_fraction": self.backend_ceiling_fraction(w)}
+                              for w, rates in self.raw.items()},
+            "results": [self.row(m) for m in self.measurements],
             "ratios": self.ratios(),
         }
 
@@ -85,69 +130,43 @@ class Report:
         def fmt(value: Any, digits: int = 2) -> str:
             return "–" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
-        m = self.model
+        m, kinds = self.model, sorted({k for ks in self.references.values() for k in ks}, key=lambda k: (k != "torch", k))
         lines = [
             f"# encoderrt bench: {m['name']} ({m['task']}, {m['precision']} on {m['target']})",
             "",
-            f"CPU: {self.cpu['model']}, {self.cpu['cores']} cores, {', '.join(self.cpu['flags'])}. "
+            f"CPU: {self.cpu['model']}, {self.cpu['cores']} cores, {', '.join(self.cpu['flags'])}. Runs: {m.get('execution', '')}. "
             + "GEMM ceilings: " + ", ".join(f"{c.precision} {c.gflops:.0f} GFLOP/s ({c.kernel})" for c in self.ceilings) + ".",
             f"Parity (from the manifest): {', '.join(f'{k} {fmt(v, 6)}' for k, v in m['parity'].items())}.",
+            "Figures are medians over alternating rounds.",
             "",
-            "| workload | mode | concurrency | tokens/s | items/s | p50 ms | p95 ms | p99 ms | padding eff. | × reference | × engine | of ceiling |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| workload | mode | clients | tokens/s | items/s | p50 ms | p95 ms | p99 ms | padding eff. | "
+            + " | ".join(f"× {k}" for k in kinds) + (" | " if kinds else "") + "× engine | engine eff. | of ceiling |",
+            "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(kinds) + 3),
         ]
-        for run in self.runs:
-            r = self.row(run)
+        for measurement in self.measurements:
+            r = self.row(measurement)
+            ceiling = fmt(None if r["ceiling_fraction"] is None else r["ceiling_fraction"] * 100, 0)
             lines.append(
                 f"| {r['workload']} | {r['mode']} | {r['concurrency']} | {r['tokens_per_s']:.0f} | {r['items_per_s']:.1f} | "
                 f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {fmt(r['padding_efficiency'], 3)} | "
-                f"{fmt(r['ratio_to_reference'])} | {fmt(r['ratio_to_engine'])} | "
-                f"{fmt(None if r['ceiling_fraction'] is None else r['ceiling_fraction'] * 100, 0)}{'%' if r['ceiling_fraction'] else ''} |")
-        if self.references:
-            lines += ["", "Reference (same inputs): " + "; ".join(
-                f"{k}: {v.name}, {v.tokens_per_s:.0f} tokens/s, {v.items_per_s:.1f} items/s" for k, v in self.references.items())]
+                + "".join(f"{fmt(r['ratios_to_references'].get(k))} | " for k in kinds)
+                + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling}{'%' if r['ceiling_fraction'] else ''} |")
+        for workload, rates in self.raw.items():
+            share = self.backend_ceiling_fraction(workload)
+            lines += ["", f"Backend alone, {workload}: {statistics.median(rates):.0f} tokens/s"
+                      + (f", {share * 100:.0f}% of the {m['precision']} ceiling" if share else "")]
+        for workload, passes in self.references.items():
+            lines += ["", f"References, {workload} (same inputs): " + "; ".join(
+                f"{p[0].name}: {statistics.median(x.tokens_per_s for x in p):.0f} tokens/s" for p in passes.values())]
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> list[Path]:
+        from encoderrt.bench.plots import plot_latency, plot_throughput
+
         folder.mkdir(parents=True, exist_ok=True)
-        written = [folder / "report.json", folder / "report.md"]
+        written = [folder / "report.json", folder / "report.md", folder / "throughput.png", folder / "latency.png"]
         written[0].write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
         written[1].write_text(self.markdown(), encoding="utf-8")
-        written += self._plots(folder)
-        return written
-
-    def _plots(self, folder: Path) -> list[Path]:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        written = []
-        figure, axis = plt.subplots(figsize=(7, 4))
-        for (workload, mode) in sorted({(r.workload, r.mode) for r in self.runs}):
-            runs = sorted((r for r in self.runs if r.workload == workload and r.mode == mode), key=lambda r: r.concurrency)
-            axis.plot([r.concurrency for r in runs], [r.tokens_per_s for r in runs], marker="o", label=f"{workload} ({mode})")
-        for workload, reference in self.references.items():
-            axis.axhline(reference.tokens_per_s, linestyle="--", linewidth=1, color="grey")
-            axis.annotate(f"reference {workload}", (axis.get_xlim()[0], reference.tokens_per_s), fontsize=7, color="grey")
-        axis.set(xlabel="concurrent clients", ylabel="tokens / s", title=f"{self.model['name']}: throughput")
-        axis.set_xscale("log", base=2)
-        axis.legend(fontsize=8)
-        figure.tight_layout()
-        written.append(folder / "throughput.png")
-        figure.savefig(written[-1], dpi=110)
-        plt.close(figure)
-
-        figure, axis = plt.subplots(figsize=(7, 4))
-        for run in self.runs:
-            if run.latencies:
-                values = np.sort(np.asarray(run.latencies) * 1000)
-                axis.plot(values, np.linspace(0, 1, len(values)), label=f"{run.workload} {run.mode} c={run.concurrency}")
-        axis.set(xlabel="latency (ms)", ylabel="fraction of requests", title="latency distribution")
-        axis.set_xscale("log")
-        axis.legend(fontsize=7)
-        figure.tight_layout()
-        written.append(folder / "latency.png")
-        figure.savefig(written[-1], dpi=110)
-        plt.close(figure)
+        plot_throughput(self, written[2])
+        plot_latency(self, written[3])
         return written

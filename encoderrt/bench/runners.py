@@ -1,4 +1,6 @@
-"""Runners: the engine in process, the HTTP server in a child process, and the PyTorch reference.
+"""Runners: the engine in process, the HTTP server in a child process, and the backend alone.
+
+The sentence-transformers references are in references.py.
 
 Engine and HTTP runs are closed loops: `concurrency` clients each send one request at a time,
 cycling through the workload until the duration is up (and at least once through it).
@@ -21,7 +23,11 @@ from typing import Any, Iterator
 
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
+from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
+from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 
 @dataclass
@@ -173,55 +179,26 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
                 process.kill()
 
 
-@dataclass(frozen=True)
-class ReferenceResult:
-    workload: str
-    name: str
-    items: int
-    tokens: int
-    seconds: float
+class RawBackend:
+    """The artifact's backend alone (no tokenising, queue or Futures) on the workload's rows, length-sorted
+    under the engine's token budget: what the engine's served throughput is divided by (engine efficiency)."""
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds
-
-    @property
-    def items_per_s(self) -> float:
-        return self.items / self.seconds
-
-
-class Reference:
-    """sentence-transformers fp32, batch 32, on the same inputs; best of `repeats` passes."""
-
-    def __init__(self, source: Path, task: str, max_length: int):
-        import warnings
-
-        warnings.filterwarnings("ignore", module="sentence_transformers")
-        if task == "embed":
-            from sentence_transformers import SentenceTransformer
-
-            self.model = SentenceTransformer(str(source), device="cpu", local_files_only=True)
-            self.model.max_seq_length = max_length
-            self.name = "SentenceTransformer.encode fp32, batch 32"
-        elif task == "score":
-            from sentence_transformers import CrossEncoder
-
-            self.model = CrossEncoder(str(source), device="cpu", max_length=max_length, local_files_only=True)
-            self.name = "CrossEncoder.predict fp32, batch 32"
+    def __init__(self, artifact: Path, manifest: Manifest, workload: Workload, max_batch_tokens: int):
+        tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+        if workload.reference_pairs:
+            firsts, seconds = zip(*workload.reference_pairs)
+            rows = tokenizer.encode_pairs(firsts, seconds)
         else:
-            raise ValueError(f"no sentence-transformers reference for {task} models")
-        self.task = task
+            rows = tokenizer.encode(workload.reference_texts)
+        self.backend = load_backend(manifest, artifact)
+        self.batches = length_sorted_batches(rows, tokenizer.pad, max_batch_tokens)
+        self.tokens = real_tokens(self.batches)
+        pass_seconds(self.backend, self.batches)  # warm-up: the first run of each shape allocates
 
-    def run(self, workload: Workload, tokens: int, repeats: int = 2) -> ReferenceResult:
-        if self.task == "embed":
-            work, items = (lambda: self.model.encode(workload.reference_texts, batch_size=32, show_progress_bar=False),
-                           len(workload.reference_texts))
-        else:
-            work, items = (lambda: self.model.predict(workload.reference_pairs, batch_size=32, show_progress_bar=False),
-                           len(workload.reference_pairs))
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            work()
-            best = min(best, time.perf_counter() - start)
-        return ReferenceResult(workload.name, self.name, items, tokens, best)
+    def run(self, duration: float) -> float:
+        """Tokens per second over whole passes for about `duration` seconds (at least one pass)."""
+        passes, elapsed = 0, 0.0
+        while passes == 0 or elapsed < duration:
+            elapsed += pass_seconds(self.backend, self.batches)
+            passes += 1
+        return passes * self.tokens / elapsed

@@ -35,7 +35,7 @@ def cache_root() -> Path:
 
 def content_key(folder: Path) -> str:
     """sha256 over the files that define the model (configs, weights, tokenizer) and this encoderrt version."""
-    digest = hashlib.sha256(f"encoderrt {__version__}; fp32 defaults".encode())
+    digest = hashlib.sha256(f"encoderrt {__version__}; target and precision auto".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
         digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]

@@ -12,8 +12,10 @@ class CompileOptions:
     model_dir: Path
     output_dir: Path
     task: Literal["auto", "embed", "score", "classify"] = "auto"
-    precision: Literal["fp32", "int8", "fp16", "bf16"] = "fp32"
-    target: Literal["cpu", "cuda", "tensorrt"] = "cpu"
+    precision: Literal["auto", "fp32", "int8", "fp16", "bf16"] = "auto"
+    """auto: the fastest here of fp32 and, where the CPU computes it natively and it meets the lossless tier, bf16."""
+    target: Literal["auto", "cpu", "openvino", "cuda", "tensorrt"] = "auto"
+    """auto: the fastest of the CPU targets (onnxruntime, OpenVINO) on this machine (compile/selection.py)."""
     layout: Literal["padded", "packed"] = "padded"
     """TensorRT only: padded batches with TensorRT's fused attention, or packed (padding-free) with encoderrt's plugin."""
     max_batch_tokens: int = 16384

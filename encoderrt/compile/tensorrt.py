@@ -12,13 +12,18 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from encoderrt.compile.build import Build
 from encoderrt.compile.errors import CompileError, FusionError, InputError
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.engine_record import EngineRecord, PackedShapes, Profile, Shapes
+from encoderrt.runtime.manifest import Manifest
 
 TENSORRT_OPSET = 23
+MODEL_FILE = "model.onnx"
 ENGINE_FILE = "engine.plan"
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 PACKED_PRECISIONS = ("fp16", "bf16")
@@ -156,3 +161,57 @@ def _add_profile(builder, config, shapes: dict[str, Shapes]) -> None:
     for name, (minimum, optimum, maximum) in shapes.items():
         profile.set_shape(name, minimum, optimum, maximum)
     config.add_optimization_profile(profile)
+
+
+def build(build: Build, folder: Path) -> Manifest:
+    """The graph (parity checked on the CPU), then the engine for this GPU (parity checked there)."""
+    options, packed = build.options, build.options.layout == "packed"
+    manifest, graph_inputs, graph_notes = _graph(build, folder)
+    where = "onnx's reference evaluator, the plugin in numpy" if packed else "onnxruntime CPU"
+    graph_figures, failures = build.verify(manifest, folder, f"parity of the TensorRT graph on {where}")
+    build.require(graph_figures, failures, "parity check of the graph")
+    profiles = () if packed else plan_profiles(build.source.max_length, options.max_batch_tokens)
+    packed_shapes = plan_packed(options.max_batch_tokens) if packed else None
+    detail = f"TensorRT {options.precision}, " + ("one packed profile" if packed else f"{len(profiles)} optimisation profiles")
+    with build.reporter.step("build", detail):
+        record = build_engine(folder / MODEL_FILE, folder / ENGINE_FILE, options.precision, profiles, packed_shapes,
+                              graph_inputs)
+    manifest = replace(manifest, precision=options.precision, target="tensorrt",
+                       engine={"file": ENGINE_FILE, "record": record.to_dict()})
+    figures, failures = build.verify(manifest, folder, "parity of the engine on this GPU")
+    build.require(figures, failures, "parity check of the engine")
+    return replace(manifest, parity={**figures, "graph": {**graph_figures, **graph_notes}})
+
+
+def _graph(build: Build, folder: Path) -> tuple[Manifest, tuple[str, ...], dict[str, Any]]:
+    """Write the graph TensorRT will build from, and the manifest that runs it on this CPU (for its parity).
+
+    Returns that manifest, the graph's input names, and what quantisation did.
+    """
+    from encoderrt.compile.packed import export_packed, packed_attention_count
+    from encoderrt.compile.parity import artifact_tokenizer
+    from encoderrt.compile.qdq import calibration_batches, quantize_qdq, smooth
+    from encoderrt.runtime.packing import packed_input_names
+
+    source, options, reporter = build.source, build.options, build.reporter
+    final, int8 = folder / MODEL_FILE, options.precision == "int8"
+    if options.layout == "packed":
+        with reporter.step("export", f"{source.architecture.name} {source.task}, packed, attention through the plugin"):
+            export_packed(source, final)
+            fused_ops = {"PackedAttention": packed_attention_count(final, source.num_layers)}
+        graph_target, graph_inputs = "onnx-reference", packed_input_names(source.architecture.uses_token_type_ids)
+    else:
+        exported = build.work / "exported.onnx" if int8 else final
+        with reporter.step("export", f"{source.architecture.name} {source.task}, opset 23 with standard Attention"):
+            export_for_tensorrt(source, exported)
+            fused_ops = {"Attention": standard_attention_count(exported, source.num_layers)}
+        graph_target, graph_inputs = "cpu", source.architecture.input_names
+    manifest = build.manifest(folder, fused_ops, precision="int8" if int8 else "fp32", target=graph_target,
+                              layout=options.layout, model_file=MODEL_FILE)
+    if not int8:
+        return manifest, graph_inputs, {}
+    with reporter.step("quantise", "static int8 QDQ, SmoothQuant on LayerNorm-fed MatMuls, calibrated on built-in texts"):
+        batches = calibration_batches(artifact_tokenizer(manifest, folder), source.task)
+        smoothed = smooth(exported, build.work / "smoothed.onnx", batches)
+        kept = quantize_qdq(build.work / "smoothed.onnx", final, batches)
+    return manifest, graph_inputs, {"smoothed_inputs": smoothed, "half_precision_nodes": kept}

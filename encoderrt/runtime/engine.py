@@ -55,8 +55,12 @@ class EngineInfo:
     labels: tuple[str, ...]
     precision: str
     target: str
+    execution: str
+    """What runs the graph: runtime, precision in force (a bf16 artifact runs f32 on a CPU without bf16), streams."""
     max_batch_tokens: int
     sessions: int
+    parallel_runs: int
+    """Batches in flight at once: sessions x the backend's streams."""
     calibration: tuple[tuple[int, float, float], ...] = ()
 
 
@@ -118,8 +122,10 @@ class Engine:
             labels=manifest.labels,
             precision=manifest.precision,
             target=manifest.target,
+            execution=backends[0].execution,
             max_batch_tokens=budget,
             sessions=config.sessions,
+            parallel_runs=sum(b.parallel_runs for b in backends),
             calibration=calibration.measurements if calibration else (),
         )
 

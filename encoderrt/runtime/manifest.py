@@ -56,7 +56,7 @@ class Manifest:
     outputs: tuple[str, ...]
     precision: Precision
     target: str
-    """Which backend serves this artifact: "cpu" (onnxruntime); other targets add their files."""
+    """Which backend serves this artifact: "cpu" (onnxruntime), "openvino", "cuda", "tensorrt", "onnx-reference"."""
     model_file: str
     shape: ModelShape
     pooling: Pooling | None = None
@@ -75,6 +75,8 @@ class Manifest:
     the real tokens only, with cu_seqlens (runtime/packing.py), and its attention is a GPU plugin."""
     engine: dict[str, Any] = field(default_factory=dict)
     """Target-specific record: for "tensorrt", the engine file and what it was built for (engine_record.py)."""
+    selection: dict[str, Any] = field(default_factory=dict)
+    """With --target/--precision auto: every candidate's speed and parity here, and the rule that chose."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

@@ -1,6 +1,7 @@
 """The one batching loop: rows from every caller -> token-budget batches -> backend runs.
 
-Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session)
+Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session, or per
+stream of a backend that runs several batches at once)
 form batches under a padded-token budget (waiting up to max_wait for company only while
 requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
 similar length run together, and always running the batch that holds the oldest row so that
@@ -113,8 +114,9 @@ class Scheduler:
         self._arrival_gap = float("inf")
         """Smoothed time between submissions: waiting for company only pays when company comes soon."""
         self._threads = [
-            threading.Thread(target=self._loop, args=(backend,), name=f"encoderrt-batcher-{i}", daemon=True)
+            threading.Thread(target=self._loop, args=(backend,), name=f"encoderrt-batcher-{i}.{j}", daemon=True)
             for i, backend in enumerate(backends)
+            for j in range(backend.parallel_runs)
         ]
         for thread in self._threads:
             thread.start()

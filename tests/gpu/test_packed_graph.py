@@ -130,7 +130,7 @@ def test_packed_layout_needs_tensorrt_half_precision_and_a_kernel_head_size(tiny
 
     assert "--layout packed needs --target tensorrt" in refused(minilm_dir)
     assert ("--precision fp32 is not available for --target tensorrt --layout packed; choose fp16, bf16"
-            in refused(minilm_dir, "--target", "tensorrt"))
+            in refused(minilm_dir, "--target", "tensorrt", "--precision", "fp32"))
     assert "supports head sizes (32, 64); this model's is 8" in refused(tiny_models["bert-cross-encoder"], "--target", "tensorrt")
     assert list(tmp_path.iterdir()) == []
 

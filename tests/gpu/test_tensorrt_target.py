@@ -77,8 +77,15 @@ def test_tensorrt_target_without_tensorrt_is_a_clear_error(tiny_models, tmp_path
 def test_precision_must_fit_the_target(tiny_models, tmp_path, capsys):
     from encoderrt.cli import compile_model_main
 
-    code = compile_model_main([str(tiny_models["bert-cross-encoder"]), "-o", str(tmp_path / "out"), "--precision", "fp16", "--quiet"])
-    assert code == 2 and "--precision fp16 is not available for --target cpu; choose fp32, int8" in capsys.readouterr().err
+    def refused(*flags):
+        assert compile_model_main([str(tiny_models["bert-cross-encoder"]), "-o", str(tmp_path / "out"), "--quiet", *flags]) == 2
+        return capsys.readouterr().err
+
+    assert "--precision fp16 is not available for --target auto" in refused("--precision", "fp16")
+    assert "--precision fp16 needs --target tensorrt" in refused("--precision", "fp16")
+    assert ("--precision bf16 is not available for --target cpu (cpu runs fp32, int8); --precision bf16 needs "
+            "--target openvino or tensorrt") in refused("--precision", "bf16", "--target", "cpu")
+    assert not (tmp_path / "out").exists()
 
 
 def test_gpu_backends_name_what_is_missing(tiny_artifacts, tmp_path):

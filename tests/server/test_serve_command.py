@@ -12,6 +12,8 @@ import numpy as np
 
 from encoderrt import Engine
 from encoderrt.bench import workloads
+from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.postprocess import cosine_pairs
 from server_helpers import free_port
 
 
@@ -56,9 +58,12 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
             process.send_signal(signal.SIGTERM)
             responses = [f.result() for f in inflight]
         assert [r.status_code for r in responses] == [200] * 4
+        exact = read_manifest(artifact).precision == "fp32"  # bf16 rounds differently in other batch shapes
         for response in responses:
             got = np.array([d["embedding"] for d in response.json()["data"][:3]])
-            np.testing.assert_allclose(got, expected, atol=1e-5)
+            assert cosine_pairs(got, expected).min() >= 0.9999
+            if exact:
+                np.testing.assert_allclose(got, expected, atol=1e-5)
             assert response.json()["model"] == "all-MiniLM-L6-v2"
         assert process.wait(60) == 0
     finally:

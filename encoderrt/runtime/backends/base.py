@@ -1,4 +1,7 @@
-"""The one interface every backend implements: padded numpy feeds in, one output array out."""
+"""The one interface every backend implements: padded numpy feeds in, one output array out.
+
+`run` must be safe to call from `parallel_runs` threads at once.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +31,10 @@ class Backend(Protocol):
     input_names: tuple[str, ...]
     max_batch_tokens: int | None
     """The largest padded batch (rows x width) it can run, where an engine was built for one; None: no limit."""
+    parallel_runs: int
+    """How many `run` calls it serves at once (OpenVINO's streams); the scheduler keeps that many batches in flight."""
+    execution: str
+    """What really runs, for EngineInfo and reports: runtime and precision, and any fallback the hardware forced."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """Run one padded batch; returns the graph's single output ([rows, dim])."""

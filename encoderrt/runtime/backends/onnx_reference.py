@@ -56,6 +56,8 @@ class OnnxReferenceBackend:
         self._session = ReferenceEvaluator(str(model_path), new_ops=plugin_ops())
         self.input_names = input_names
         self.max_batch_tokens = None
+        self.parallel_runs = 1
+        self.execution = "onnx reference evaluator (numpy)"
         self._packed = packed
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:

@@ -28,6 +28,8 @@ class OnnxRuntimeBackend:
         self._output = session.get_outputs()[0].name
         self.input_names = input_names
         self.max_batch_tokens = None
+        self.parallel_runs = 1
+        self.execution = f"onnxruntime {', '.join(session.get_providers())}"
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return self._session.run([self._output], feeds)[0]

@@ -72,6 +72,8 @@ class TensorRTBackend:
         check_engine_compatibility(record, trt.__version__, f"{properties.major}.{properties.minor}")
         self.input_names = manifest.inputs
         self.max_batch_tokens = record.max_batch_tokens
+        self.parallel_runs = 1
+        self.execution = f"TensorRT {record.tensorrt_version} {record.precision} on compute capability {record.compute_capability}"
         self._record = record
         self._graph_inputs = packed_input_names("token_type_ids" in manifest.inputs) if record.packed else manifest.inputs
         self._output = manifest.outputs[0]

@@ -1,0 +1,47 @@
+"""The onnxruntime targets (cpu, and cuda, which serves the same fp32 graph): export, fuse, quantise, verify."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from encoderrt.compile.build import Build
+from encoderrt.runtime.manifest import Manifest
+
+MODEL_FILE = "model.onnx"
+PRECISIONS = {"cpu": ("fp32", "int8"), "cuda": ("fp32",)}
+
+
+def build(build: Build, folder: Path) -> Manifest:
+    from encoderrt.compile.export import export_onnx, load_torch_model
+    from encoderrt.compile.optimize import fuse
+    from encoderrt.compile.quantize import ffn_down_projections, quantize_int8
+
+    source, precision, reporter = build.source, build.options.precision, build.reporter
+    exported, optimized, final = build.work / "exported.onnx", build.work / "optimized.onnx", folder / MODEL_FILE
+    if "onnx_fused_ops" not in build.shared:  # another candidate of this compile may have exported already
+        with reporter.step("export", f"{source.architecture.name} {source.task} from {source.kind} folder"):
+            export_onnx(source, load_torch_model(source), exported)
+        with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
+            build.shared["onnx_fused_ops"] = fuse(source, exported, optimized)
+    fused_ops = build.shared["onnx_fused_ops"]
+    # parity runs on onnxruntime's CPU provider, whichever target serves the graph
+    manifest = build.manifest(folder, fused_ops, target="cpu", model_file=MODEL_FILE)
+    if precision != "int8":
+        shutil.copyfile(optimized, final)
+        figures, failures = build.verify(manifest, folder)
+        build.require(figures, failures)
+        return replace(manifest, parity=figures, target=build.options.target)
+    attempts = []
+    for keep_fp32 in ((), tuple(ffn_down_projections(optimized))):
+        detail = "dynamic int8, per channel" + (f", {len(keep_fp32)} FFN down projections kept fp32" if keep_fp32 else "")
+        with reporter.step("quantise", detail):
+            quantize_int8(optimized, final, keep_fp32)
+        figures, failures = build.verify(manifest, folder)
+        attempts.append({"fp32_nodes": list(keep_fp32), "parity": figures, "failures": failures})
+        if not failures:
+            break
+    build.require(figures, failures)
+    return replace(manifest, parity={**figures, "fp32_nodes": list(keep_fp32), "attempts": attempts[:-1]},
+                   target=build.options.target)

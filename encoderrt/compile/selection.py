@@ -1,0 +1,117 @@
+"""`--target auto` and `--precision auto`: which candidates to build, and which one to keep.
+
+Every candidate is built and verified like an explicit one; then each runs the same batches (the
+probe set, length-sorted under a 2,048-token budget) on this machine, in alternating rounds so
+that noise hits them alike, and the fastest eligible one becomes the artifact. Eligible: it passed
+its own parity check and, where the precision was left to auto, it is fp32 or meets the lossless
+tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it
+natively. int8 is lossy and never chosen unless asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from encoderrt.compile.errors import InputError
+from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.parity import Probes, artifact_tokenizer
+from encoderrt.compile.progress import StepReporter
+from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.throughput import Feeds, length_sorted_batches, pass_seconds, real_tokens
+
+PRECISIONS = {"cpu": ("fp32", "int8"), "cuda": ("fp32",), "openvino": ("fp32", "bf16", "int8"),
+              "tensorrt": ("fp32", "fp16", "bf16", "int8")}
+MEASURED_TARGETS = ("cpu", "openvino")
+"""What `--target auto` chooses between: the CPU targets, measured here."""
+ROUNDS = 3
+BUDGET = 1024
+COPIES = 4
+"""The probe rows are repeated so that every stream of a backend has batches to run."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    target: str
+    precision: str
+
+    def __str__(self) -> str:
+        return f"{self.precision} on {self.target}"
+
+
+def openvino_installed() -> bool:
+    return importlib.util.find_spec("openvino") is not None
+
+
+def plan(options: CompileOptions) -> list[Candidate]:
+    """The candidates to build; an impossible request is an InputError before any work."""
+    from encoderrt.runtime.backends.openvino import native_bf16
+
+    target, precision = options.target, options.precision
+    if options.layout == "packed" and target != "tensorrt":
+        raise InputError(f"--layout packed needs --target tensorrt (its attention is a TensorRT plugin), not {target}")
+    if target == "openvino" and not openvino_installed():
+        raise InputError("--target openvino needs OpenVINO: pip install openvino")
+    targets = [t for t in MEASURED_TARGETS if t != "openvino" or openvino_installed()] if target == "auto" else [target]
+    if precision == "auto":
+        if target in ("tensorrt", "cuda"):  # nothing measured: the engine's precision is the user's call
+            return [Candidate(target, "bf16" if options.layout == "packed" else "fp32")]
+        bf16 = native_bf16()
+        return [Candidate(t, p) for t in targets for p in ("fp32", "bf16") if p == "fp32" or (t == "openvino" and bf16)]
+    able = [t for t in targets if precision in PRECISIONS[t]]
+    if not able:
+        runs = "; ".join(f"{t} runs {', '.join(PRECISIONS[t])}" for t in targets)
+        where = " or ".join(t for t, allowed in PRECISIONS.items() if precision in allowed)
+        missing = "; pip install openvino for it" if precision == "bf16" and not openvino_installed() else ""
+        raise InputError(f"--precision {precision} is not available for --target {target} ({runs}); "
+                         f"--precision {precision} needs --target {where}{missing}")
+    return [Candidate(t, precision) for t in able]
+
+
+def measurement_batches(manifest: Manifest, folder: Path, probes: Probes) -> list[Feeds]:
+    tokenizer = artifact_tokenizer(manifest, folder)
+    rows = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else tokenizer.encode(probes.texts)
+    return length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET)
+
+
+def choose(built: list[tuple[Candidate, Manifest | None, Path, list[str]]], probes: Probes, precision_auto: bool,
+           reporter: StepReporter) -> tuple[int, dict[str, Any]]:
+    """Measure the candidates that built; returns the index of the one to keep and the record for the manifest.
+
+    `built` holds (candidate, manifest or None where it failed, its folder, its parity failures).
+    """
+    ok = [i for i, (_, manifest, _, _) in enumerate(built) if manifest is not None]
+    first = built[ok[0]] if ok else None
+    batches = measurement_batches(first[1], first[2], probes) if first else []
+    backends = {i: load_backend(built[i][1], built[i][2]) for i in ok}
+    best = {i: float("inf") for i in ok}
+    with reporter.step("measure", f"{len(ok)} candidates, {len(batches)} batches, best of {ROUNDS} alternating rounds"):
+        for _ in range(ROUNDS):
+            for i in ok:
+                best[i] = min(best[i], pass_seconds(backends[i], batches))
+    tokens = real_tokens(batches)
+    records = []
+    for i, (candidate, manifest, _, failures) in enumerate(built):
+        record: dict[str, Any] = {"target": candidate.target, "precision": candidate.precision}
+        if manifest is None:
+            records.append({**record, "eligible": False, "reason": "; ".join(failures)})
+            continue
+        figures = {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        lossless = bool(manifest.parity.get("lossless"))
+        eligible = candidate.precision == "fp32" or not precision_auto or lossless
+        records.append({**record, "execution": backends[i].execution, "tokens_per_s": round(tokens / best[i], 1),
+                        "parity": figures, "lossless": lossless, "eligible": eligible,
+                        "reason": None if eligible else "short of the lossless tier that --precision auto asks for"})
+    eligible = [i for i in ok if records[i]["eligible"]]
+    chosen = max(eligible, key=lambda i: records[i]["tokens_per_s"]) if eligible else -1
+    for i, record in enumerate(records):
+        speed = f"{record['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in record else "not built"
+        reporter.note(f"{'chosen' if i == chosen else 'candidate'} {built[i][0]}: {speed}"
+                      + (f" ({record['reason']})" if record["reason"] else ""))
+    rule = "fastest here of the candidates that passed parity" + (
+        "; bf16 only where it meets the lossless tier" if precision_auto else "")
+    return chosen, {"rule": rule, "measured_tokens": tokens, "batches": len(batches), "candidates": records,
+                    "chosen": records[chosen] if chosen >= 0 else None}

@@ -1,0 +1,67 @@
+"""A backend's raw speed on given batches, with as many batches in flight as it runs at once.
+
+No tokenising, queueing or Futures: what the backend alone can do. Compile's choice of target and
+precision compares candidates with it, and the bench divides the engine's served throughput by it
+(engine efficiency).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.scheduler import Padder
+from encoderrt.runtime.tokenizer import Tokens
+
+Feeds = dict[str, np.ndarray]
+
+
+def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Feeds]:
+    """The rows sorted by length and cut into padded batches of at most `budget` tokens, as the scheduler
+    forms them from a deep queue."""
+    ordered = sorted(rows, key=lambda r: len(r.ids))
+    batches, start = [], 0
+    for end in range(1, len(ordered) + 1):
+        if end == len(ordered) or (end - start + 1) * len(ordered[end].ids) > budget:
+            batches.append(pad(ordered[start:end]))
+            start = end
+    return batches
+
+
+def real_tokens(batches: Sequence[Feeds]) -> int:
+    return int(sum(int(feeds["attention_mask"].sum()) for feeds in batches))
+
+
+def pass_seconds(backend: Backend, batches: Sequence[Feeds]) -> float:
+    """Wall time of one pass over `batches`, `backend.parallel_runs` of them running at a time."""
+    order = itertools.count()  # next() on a count is atomic: each batch is taken once
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            while not errors and (index := next(order)) < len(batches):
+                backend.run(batches[index])
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, backend.parallel_runs) - 1)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    worker()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - start
+
+
+def tokens_per_second(backend: Backend, batches: Sequence[Feeds], rounds: int = 3) -> float:
+    """Best of `rounds` passes after one warm-up pass (the first run of each shape allocates)."""
+    pass_seconds(backend, batches)
+    return real_tokens(batches) / min(pass_seconds(backend, batches) for _ in range(rounds))
