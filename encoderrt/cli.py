@@ -108,6 +108,11 @@ def summary(manifest, path: Path) -> str:
         f"fused ops  {', '.join(f'{op} {n}' for op, n in manifest.fused_ops.items())}",
         f"parity     {', '.join(f'{k} {v}' for k, v in parity.items())}",
     ]
+    for candidate in manifest.selection.get("candidates", ()):
+        chosen = candidate == manifest.selection.get("chosen")
+        speed = f"{candidate['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in candidate else "not built"
+        lines.append(f"{'chosen' if chosen else 'measured':<10} {candidate['precision']} on {candidate['target']}: {speed}"
+                     + (f" ({candidate['reason']})" if candidate.get("reason") else ""))
     return "\n".join(lines)
 
 

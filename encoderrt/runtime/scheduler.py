@@ -183,6 +183,8 @@ class Scheduler:
                     continue
                 batch = self._take_batch()
                 if batch:
+                    if self._rows:  # submit woke one worker: rows left over are another's to run
+                        self._cond.notify()
                     return batch
             return None
 

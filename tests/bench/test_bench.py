@@ -37,6 +37,13 @@ def test_baseline_file_round_trip_and_bad_files(tmp_path):
     path = tmp_path / "b.json"
     baseline.write_baseline(path, {"x/engine/c1/vs_reference": 1.5}, "note")
     assert baseline.read_baseline(path) == {"x/engine/c1/vs_reference": 1.5}
+    # a CPU tier's own record overrides the floor for CPUs of that tier only, and keeps the other tiers'
+    baseline.write_baseline(path, {"x/engine/c1/vs_reference": 6.0, "x/engine/c1/vs_backend": 0.9}, "amx run", "amx")
+    baseline.write_baseline(path, {"x/engine/c1/vs_reference": 2.5}, "avx512_bf16 run", "avx512_bf16")
+    assert baseline.read_baseline(path, "amx") == {"x/engine/c1/vs_reference": 6.0, "x/engine/c1/vs_backend": 0.9}
+    assert baseline.read_baseline(path, "avx512_bf16") == {"x/engine/c1/vs_reference": 2.5}
+    assert baseline.read_baseline(path, "avx2") == {"x/engine/c1/vs_reference": 1.5}
+    assert baseline.recorded_tiers(path) == ["amx", "avx512_bf16"]
     path.write_text('{"ratios": {"a": "fast"}}')
     with pytest.raises(ValueError, match="no 'ratios' object of numbers"):
         baseline.read_baseline(path)
@@ -70,13 +77,20 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path):
                "--max-batch-tokens", "256", "--out", str(out), "--write-baseline", str(tmp_path / "baseline.json")]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert "[1/" in run.stderr and "passages: engine, 4 clients, round 1:" in run.stderr  # a line per measurement
     report = json.loads((out / "report.json").read_text())
     assert {r["mode"] for r in report["results"]} == {"engine", "http"}
     assert [r["concurrency"] for r in report["results"]] == [1, 4, 1, 4]
     for row in report["results"]:
         assert row["tokens_per_s"] > 0 and row["items"] > 0 and row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
         assert row["ratio_to_reference"] > 0 and 0 < row["ceiling_fraction"]
+        assert row["ratio_to_reference"] == row["ratios_to_references"]["torch"]
     assert report["results"][0]["padding_efficiency"] > 0.5
+    engine_rows = [r for r in report["results"] if r["mode"] == "engine"]
+    raw = report["backend_alone"]["passages"]["tokens_per_s"]
+    for row in engine_rows:  # engine efficiency: the served throughput over the backend alone, same round
+        assert row["engine_efficiency"] > 0 and len(raw) == 1
+        assert abs(row["engine_efficiency"] - row["tokens_per_s"] / raw[0]) < 1e-6
     assert {c["precision"] for c in report["ceilings"]} >= {"fp32", "int8"}
     assert report["cpu"]["cores"] >= 1 and "onnxruntime" in report["versions"]
     assert "| passages | http | 4 |" in (out / "report.md").read_text()
@@ -120,3 +134,32 @@ def test_closed_loop_refuses_fewer_requests_than_clients():
 
     with pytest.raises(ValueError, match="would be in flight twice"):
         asyncio.run(closed_loop(call, workload, len(workload.requests) + 1, 0.1, RunResult("rerank", "engine", 1)))
+
+
+def test_figures_are_medians_of_per_round_ratios():
+    """One disturbed round (the machine busy during the reference) moves neither the ratio nor the rate."""
+    from encoderrt.bench.references import ReferenceResult
+    from encoderrt.bench.report import Measurement, Report
+    from encoderrt.bench.runners import RunResult
+
+    def run(tokens_per_s):
+        return RunResult("passages", "engine", 8, items=10, tokens=int(tokens_per_s), seconds=1.0)
+
+    report = Report(model={"name": "m", "task": "embed", "precision": "bf16", "target": "openvino", "parity": {}},
+                    cpu={}, versions={}, ceilings=[], flops_per_token={})
+    report.measurements.append(Measurement("passages", "engine", 8, [run(3000), run(3300), run(2000)]))
+    report.references["passages"] = {"torch": [ReferenceResult("passages", "torch", "st", 10, 1000, s) for s in (1.0, 1.1, 2.0)]}
+    report.raw["passages"] = [3100.0, 3500.0, 1000.0]
+    row = report.row(report.measurements[0])
+    # per round: 3000/1000 = 3.0, 3300/909 = 3.63, 2000/500 = 4.0 -> median 3.63; the median run is 3000
+    assert row["tokens_per_s"] == 3000 and abs(row["ratio_to_reference"] - 3.63) < 1e-9
+    assert abs(row["engine_efficiency"] - 3000 / 3100) < 1e-9  # rounds: 0.968, 0.943, 2.0
+    assert report.ratios() == {"passages/engine/c8/vs_reference": 3.63, "passages/engine/c8/vs_backend": round(3000 / 3100, 4)}
+
+
+def test_reference_kinds_are_checked():
+    from encoderrt.bench.references import parse_kinds
+
+    assert parse_kinds("torch,openvino,torch") == ("torch", "openvino")
+    with pytest.raises(ValueError, match="unknown reference tensorflow"):
+        parse_kinds("torch,tensorflow")

@@ -1,0 +1,83 @@
+"""--target auto / --precision auto: candidates are built, measured here, and the fastest eligible one is kept."""
+
+import time
+
+import pytest
+
+from encoderrt.compile import CompileOptions, compile_model
+from encoderrt.compile.selection import Candidate, plan
+from encoderrt.runtime.backends import openvino as openvino_backend
+from encoderrt.runtime.backends.onnxruntime_cpu import OnnxRuntimeBackend
+from encoderrt.runtime.backends.openvino import OpenVinoBackend
+from encoderrt.runtime.manifest import read_manifest
+
+pytest.importorskip("openvino", reason="the choice between targets needs OpenVINO (a default dependency)")
+
+
+def _slowed(cls, monkeypatch, seconds=0.05):
+    """Make every run of one backend class really slower, as a slow candidate would be."""
+    real = cls.run
+
+    def slow(self, feeds):
+        time.sleep(seconds)
+        return real(self, feeds)
+
+    monkeypatch.setattr(cls, "run", slow)
+
+
+def _auto(source, out, **options):
+    return compile_model(CompileOptions(model_dir=source, output_dir=out, quiet=True, **options))
+
+
+def test_plan_follows_the_cpu(monkeypatch):
+    options = CompileOptions(model_dir=None, output_dir=None)
+    monkeypatch.setattr(openvino_backend, "native_bf16", lambda: True)
+    assert plan(options) == [Candidate("cpu", "fp32"), Candidate("openvino", "fp32"), Candidate("openvino", "bf16")]
+    monkeypatch.setattr(openvino_backend, "native_bf16", lambda: False)
+    assert plan(options) == [Candidate("cpu", "fp32"), Candidate("openvino", "fp32")]  # no emulated bf16
+    assert plan(CompileOptions(model_dir=None, output_dir=None, precision="int8")) == [Candidate("cpu", "int8"),
+                                                                                         Candidate("openvino", "int8")]
+
+
+@pytest.mark.parametrize("slow, expected", [(OpenVinoBackend, "cpu"), (OnnxRuntimeBackend, "openvino")])
+def test_the_measured_fastest_candidate_is_kept(slow, expected, tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setattr(openvino_backend, "native_bf16", lambda: False)  # two fp32 candidates, both exact
+    _slowed(slow, monkeypatch)
+    result = _auto(tiny_models["st-cls"], tmp_path / "out")
+    selection = result.manifest.selection
+    assert result.manifest.target == expected and result.manifest.precision == "fp32"
+    rates = {c["target"]: c["tokens_per_s"] for c in selection["candidates"]}
+    assert set(rates) == {"cpu", "openvino"} and rates[expected] == max(rates.values())
+    assert selection["chosen"]["target"] == expected and selection["measured_tokens"] > 0
+    assert read_manifest(result.path).selection == selection  # recorded in the artifact
+    assert {p.name for p in result.path.iterdir()} >= {"manifest.json", "tokenizer.json"}
+
+
+def test_bf16_is_chosen_only_where_it_meets_the_lossless_tier(tiny_models, tmp_path, monkeypatch):
+    """The tiny cross-encoder's bf16 logits move by ~0.04: fine for --precision bf16, not for auto."""
+    monkeypatch.setattr(openvino_backend, "native_bf16", lambda: True)
+    _slowed(OnnxRuntimeBackend, monkeypatch)
+    result = _auto(tiny_models["bert-cross-encoder"], tmp_path / "ce")
+    records = {(c["target"], c["precision"]): c for c in result.manifest.selection["candidates"]}
+    assert records[("openvino", "bf16")]["lossless"] is False and records[("openvino", "bf16")]["eligible"] is False
+    assert "lossless" in records[("openvino", "bf16")]["reason"]
+    assert (result.manifest.target, result.manifest.precision) == ("openvino", "fp32")
+    assert result.manifest.parity["max_abs_score_diff"] <= 1e-3
+
+
+def test_the_bundled_default_is_chosen_by_measurement(minilm_dir, tmp_path, capsys):
+    from encoderrt.cli import compile_model_main
+
+    assert compile_model_main([str(minilm_dir), "-o", str(tmp_path / "auto")]) == 0
+    err, out = capsys.readouterr()[::-1]
+    manifest = read_manifest(tmp_path / "auto")
+    chosen = manifest.selection["chosen"]
+    assert (chosen["target"], chosen["precision"]) == (manifest.target, manifest.precision)
+    assert f"chosen {manifest.precision} on {manifest.target}" in out + err
+    for candidate in manifest.selection["candidates"]:
+        assert candidate["eligible"] is (candidate["precision"] == "fp32" or candidate["lossless"])
+        assert f"{candidate['tokens_per_s']:.0f} tokens/s" in out + err
+    if openvino_backend.native_bf16():
+        assert ("openvino", "bf16") in {(c["target"], c["precision"]) for c in manifest.selection["candidates"]}
+    if manifest.precision == "bf16":
+        assert manifest.parity["min_cosine"] >= 0.9999
