@@ -70,8 +70,13 @@ class OpenVinoBackend:
         self.parallel_runs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self.execution = execution
         self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        warm_up = _warm_up_feeds(compiled)
         for _ in range(self.parallel_runs):
-            self._idle.put(compiled.create_infer_request())
+            request = compiled.create_infer_request()
+            # one run per request, one at a time: OpenVINO's Python layer initialises C++ statics on the first
+            # run, and two threads doing that at once deadlocked a server (both in __cxa_guard_acquire)
+            request.infer(warm_up)
+            self._idle.put(request)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         request = self._idle.get()  # never waits while callers respect parallel_runs
@@ -80,6 +85,16 @@ class OpenVinoBackend:
             return request.infer(feeds, share_inputs=True, share_outputs=False)[0]
         finally:
             self._idle.put(request)
+
+
+def _warm_up_feeds(compiled: Any) -> dict[str, np.ndarray]:
+    """Ones in every input: one row of two tokens where a dimension is dynamic."""
+    feeds = {}
+    for port in compiled.inputs:
+        dims = port.get_partial_shape()
+        shape = [dims[i].get_length() if dims[i].is_static else (1 if i == 0 else 2) for i in range(dims.rank.get_length())]
+        feeds[port.any_name] = np.ones(shape, dtype=port.get_element_type().to_dtype())
+    return feeds
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OpenVinoBackend:
