@@ -150,3 +150,13 @@ def measure(hidden: int, intermediate: int, threads: int, flags: list[str], targ
         if rate is not None:
             ceilings.append(Ceiling("bf16", rate, shape, "torch matmul (oneDNN)"))
     return ceilings
+
+
+def best(*measurements: list[Ceiling]) -> list[Ceiling]:
+    """Per precision, the highest of several measurements: a busy moment on a shared machine only slows one down."""
+    chosen: dict[str, Ceiling] = {}
+    for ceilings in measurements:
+        for c in ceilings:
+            if c.precision not in chosen or c.gflops > chosen[c.precision].gflops:
+                chosen[c.precision] = c
+    return list(chosen.values())

@@ -94,11 +94,16 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}},
         cpu={**cpu, "tier": ceiling.cpu_tier(cpu["flags"])},
         versions=package_versions(_PACKAGES),
-        ceilings=ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, threads=cpu["cores"],
-                                 flags=cpu["flags"], target=manifest.target),
+        ceilings=[],
         flops_per_token={},
     )
-    per_round = len(options.concurrency) * len(options.modes) + len(references) + ("engine" in options.modes)
+
+    def ceilings() -> list[ceiling.Ceiling]:
+        return ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, threads=cpu["cores"],
+                               flags=cpu["flags"], target=manifest.target)
+
+    report.ceilings = ceilings()
+    per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes)) + len(references)
     progress = _Progress(console, len(chosen) * options.repeat * per_round)
     with progress, contextlib.ExitStack() as stack:
         url = stack.enter_context(runners.served(artifact, info.max_batch_tokens)) if "http" in options.modes else None
@@ -119,11 +124,12 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                             run = runners.run_http(url, workload, concurrency, options.duration)
                         report.measurement(workload.name, mode, concurrency).runs.append(run)
                         progress.done(label, f"{run.tokens_per_s:.0f} tokens/s")
-                if raw is not None:
-                    label = f"{workload.name}: backend alone, round {round_}"
-                    progress.step(label)
-                    report.raw.setdefault(workload.name, []).append(raw.run(options.duration / 2))
-                    progress.done(label, f"{report.raw[workload.name][-1]:.0f} tokens/s")
+                        if raw is not None and mode == "engine":  # right after the engine, so drift hits both alike
+                            label = f"{workload.name}: backend alone, after {concurrency} clients, round {round_}"
+                            progress.step(label)
+                            rate = raw.run(options.duration / 2)
+                            report.raw.setdefault(workload.name, {}).setdefault(concurrency, []).append(rate)
+                            progress.done(label, f"{rate:.0f} tokens/s")
                 for reference in references:  # after the engine: torch's idle threads keep spinning for a while
                     label = f"{workload.name}: sentence-transformers {reference.kind}, round {round_}"
                     progress.step(label)
@@ -133,6 +139,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
             mean_row = max(report.measurement(workload.name, options.modes[0], options.concurrency[0]).median.tokens, 1)
             items = max(report.measurement(workload.name, options.modes[0], options.concurrency[0]).median.items, 1)
             report.flops_per_token[workload.name] = flops_per_token(manifest.shape, mean_row / items)
+    report.ceilings = ceiling.best(report.ceilings, ceilings())  # measured before and after, the better counts
     report.measurements.sort(key=lambda m: (options.modes.index(m.mode), [w.name for w in chosen].index(m.workload), m.concurrency))
     return report
 

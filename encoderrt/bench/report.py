@@ -59,8 +59,8 @@ class Report:
     measurements: list[Measurement] = field(default_factory=list)
     references: dict[str, dict[str, list[ReferenceResult]]] = field(default_factory=dict)
     """workload -> reference kind -> one pass per round; "torch" (sentence-transformers fp32) is the reference."""
-    raw: dict[str, list[float]] = field(default_factory=dict)
-    """workload -> the backend alone, tokens/s per round."""
+    raw: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    """workload -> clients -> the backend alone, tokens/s, measured right after each engine run (one per round)."""
 
     def measurement(self, workload: str, mode: str, concurrency: int) -> Measurement:
         found = next((m for m in self.measurements if (m.workload, m.mode, m.concurrency) == (workload, mode, concurrency)), None)
@@ -88,16 +88,21 @@ class Report:
             "ratio_to_reference": vs.get("torch"),
             "ratios_to_references": vs,
             "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode == "http" else None,
-            "engine_efficiency": _median_ratio(m.rates, self.raw[m.workload]) if m.mode == "engine" and self.raw.get(m.workload) else None,
+            "engine_efficiency": _median_ratio(m.rates, self.raw.get(m.workload, {}).get(m.concurrency, []))
+            if m.mode == "engine" else None,
             "achieved_gflops": achieved,
             "ceiling_fraction": achieved / ceiling.gflops if ceiling else None,
         }
 
+    def backend_alone(self, workload: str) -> float | None:
+        rates = [rate for per_round in self.raw.get(workload, {}).values() for rate in per_round]
+        return statistics.median(rates) if rates else None
+
     def backend_ceiling_fraction(self, workload: str) -> float | None:
-        ceiling, rates = self.ceiling_for(self.model["precision"]), self.raw.get(workload)
-        if not ceiling or not rates:
+        ceiling, rate = self.ceiling_for(self.model["precision"]), self.backend_alone(workload)
+        if not ceiling or not rate:
             return None
-        return statistics.median(rates) * self.flops_per_token.get(workload, 0.0) / 1e9 / ceiling.gflops
+        return rate * self.flops_per_token.get(workload, 0.0) / 1e9 / ceiling.gflops
 
     def ratios(self) -> dict[str, float]:
         """The machine-independent figures a baseline holds: speed against the references, HTTP against engine,
@@ -120,8 +125,9 @@ class Report:
             "flops_per_token": self.flops_per_token,
             "references": {w: {k: [{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in passes] for k, passes in kinds.items()}
                            for w, kinds in self.references.items()},
-            "backend_alone": {w: {"tokens_per_s": rates, "ceiling_fraction": self.backend_ceiling_fraction(w)}
-                              for w, rates in self.raw.items()},
+            "backend_alone": {w: {"tokens_per_s": {str(c): rates for c, rates in by_clients.items()},
+                                  "median_tokens_per_s": self.backend_alone(w), "ceiling_fraction": self.backend_ceiling_fraction(w)}
+                              for w, by_clients in self.raw.items()},
             "results": [self.row(m) for m in self.measurements],
             "ratios": self.ratios(),
         }
@@ -151,9 +157,9 @@ class Report:
                 f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {fmt(r['padding_efficiency'], 3)} | "
                 + "".join(f"{fmt(r['ratios_to_references'].get(k))} | " for k in kinds)
                 + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling}{'%' if r['ceiling_fraction'] else ''} |")
-        for workload, rates in self.raw.items():
+        for workload in self.raw:
             share = self.backend_ceiling_fraction(workload)
-            lines += ["", f"Backend alone, {workload}: {statistics.median(rates):.0f} tokens/s"
+            lines += ["", f"Backend alone, {workload}: {self.backend_alone(workload):.0f} tokens/s"
                       + (f", {share * 100:.0f}% of the {m['precision']} ceiling" if share else "")]
         for workload, passes in self.references.items():
             lines += ["", f"References, {workload} (same inputs): " + "; ".join(

@@ -88,9 +88,9 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path):
     assert report["results"][0]["padding_efficiency"] > 0.5
     engine_rows = [r for r in report["results"] if r["mode"] == "engine"]
     raw = report["backend_alone"]["passages"]["tokens_per_s"]
-    for row in engine_rows:  # engine efficiency: the served throughput over the backend alone, same round
-        assert row["engine_efficiency"] > 0 and len(raw) == 1
-        assert abs(row["engine_efficiency"] - row["tokens_per_s"] / raw[0]) < 1e-6
+    for row in engine_rows:  # engine efficiency: the served throughput over the backend alone, right after it
+        assert row["engine_efficiency"] > 0 and len(raw[str(row["concurrency"])]) == 1
+        assert abs(row["engine_efficiency"] - row["tokens_per_s"] / raw[str(row["concurrency"])][0]) < 1e-6
     assert {c["precision"] for c in report["ceilings"]} >= {"fp32", "int8"}
     assert report["cpu"]["cores"] >= 1 and "onnxruntime" in report["versions"]
     assert "| passages | http | 4 |" in (out / "report.md").read_text()
@@ -149,7 +149,7 @@ def test_figures_are_medians_of_per_round_ratios():
                     cpu={}, versions={}, ceilings=[], flops_per_token={})
     report.measurements.append(Measurement("passages", "engine", 8, [run(3000), run(3300), run(2000)]))
     report.references["passages"] = {"torch": [ReferenceResult("passages", "torch", "st", 10, 1000, s) for s in (1.0, 1.1, 2.0)]}
-    report.raw["passages"] = [3100.0, 3500.0, 1000.0]
+    report.raw["passages"] = {8: [3100.0, 3500.0, 1000.0]}
     row = report.row(report.measurements[0])
     # per round: 3000/1000 = 3.0, 3300/909 = 3.63, 2000/500 = 4.0 -> median 3.63; the median run is 3000
     assert row["tokens_per_s"] == 3000 and abs(row["ratio_to_reference"] - 3.63) < 1e-9
