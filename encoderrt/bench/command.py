@@ -16,6 +16,8 @@ from encoderrt.bench.references import Reference
 from encoderrt.bench.report import Report
 from encoderrt.compile.cache import artifact_for
 from encoderrt.runtime import Engine
+from encoderrt.runtime.engine import EngineInfo
+from encoderrt.runtime.manifest import Manifest
 from encoderrt.versions import package_versions
 
 _PACKAGES = ("encoderrt", "onnxruntime", "openvino", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
@@ -144,7 +146,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     return report
 
 
-def _references(options: BenchOptions, manifest, info) -> list[Reference]:
+def _references(options: BenchOptions, manifest: Manifest, info: EngineInfo) -> list[Reference]:
     source = Path(manifest.source.get("path", ""))
     if not (source / "config.json").is_file() and not (source / "modules.json").is_file():
         raise FileNotFoundError(f"--reference needs the model folder the artifact was compiled from ({source})")
