@@ -33,7 +33,11 @@ class CompileResult:
 
 
 def _builders() -> dict[str, Builder]:
-    try:
+    try:  # the builders import these where they use them; a missing one is named before any work
+        import onnx  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
         from encoderrt.compile import cpu, openvino, tensorrt
     except ImportError as exc:
         raise CompileError(f"compiling needs the compile extra ({exc.name} is missing): pip install 'encoderrt[compile]'") from None

@@ -1,7 +1,7 @@
 """`--target auto` and `--precision auto`: which candidates to build, and which one to keep.
 
 Every candidate is built and verified like an explicit one; then each runs the same batches (the
-probe set, length-sorted under a 2,048-token budget) on this machine, in alternating rounds so
+probe set, length-sorted under a 1,024-token budget) on this machine, in alternating rounds so
 that noise hits them alike, and the fastest eligible one becomes the artifact. Eligible: it passed
 its own parity check and, where the precision was left to auto, it is fp32 or meets the lossless
 tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from encoderrt.compile import cpu, openvino, tensorrt
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.parity import Probes, artifact_tokenizer
@@ -23,8 +24,8 @@ from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.throughput import Feeds, length_sorted_batches, pass_seconds, real_tokens
 
-PRECISIONS = {"cpu": ("fp32", "int8"), "cuda": ("fp32",), "openvino": ("fp32", "bf16", "int8"),
-              "tensorrt": ("fp32", "fp16", "bf16", "int8")}
+PRECISIONS = {**cpu.PRECISIONS, "openvino": openvino.PRECISIONS, "tensorrt": tensorrt.PRECISIONS}
+"""What each target can build, as its builder declares it."""
 MEASURED_TARGETS = ("cpu", "openvino")
 """What `--target auto` chooses between: the CPU targets, measured here."""
 ROUNDS = 3
