@@ -14,7 +14,7 @@ PRECISIONS = {"cpu": ("fp32", "int8"), "cuda": ("fp32",)}
 
 
 def build(build: Build, folder: Path) -> Manifest:
-    from encoderrt.compile.export import export_onnx, load_torch_model
+    from encoderrt.compile.export import export_onnx, load_export_model
     from encoderrt.compile.optimize import fuse
     from encoderrt.compile.quantize import ffn_down_projections, quantize_int8
 
@@ -22,7 +22,7 @@ def build(build: Build, folder: Path) -> Manifest:
     exported, optimized, final = build.work / "exported.onnx", build.work / "optimized.onnx", folder / MODEL_FILE
     if "onnx_fused_ops" not in build.shared:  # another candidate of this compile may have exported already
         with reporter.step("export", f"{source.architecture.name} {source.task} from {source.kind} folder"):
-            export_onnx(source, load_torch_model(source), exported)
+            export_onnx(source, load_export_model(source, "onnxruntime"), exported)
         with reporter.step("optimise", "fusing attention, LayerNorm and GELU"):
             build.shared["onnx_fused_ops"] = fuse(source, exported, optimized)
     fused_ops = build.shared["onnx_fused_ops"]

@@ -38,6 +38,28 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     return ClassifierLogits(model).eval()
 
 
+def _feeds(input_ids, attention_mask, token_type_ids) -> dict:
+    """The model's keyword inputs: families without segment embeddings (DistilBERT, MPNet) take no token_type_ids."""
+    feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if token_type_ids is not None:
+        feeds["token_type_ids"] = token_type_ids
+    return feeds
+
+
+def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
+    """The module to export: the reference's, with the family's attention made one op where it needs that.
+
+    `attention` is "onnxruntime" (eager attention, fused by onnxruntime's optimizer or exported as its contrib
+    op) or "sdpa" (one SDPA per layer, which OpenVINO and TensorRT fuse).
+    """
+    architecture = source.architecture
+    implementation = "sdpa" if attention == "sdpa" and architecture.sdpa else "eager"
+    module = load_torch_model(source, attention=implementation)
+    if architecture.rewrite_attention is not None:
+        architecture.rewrite_attention(module, attention)
+    return module
+
+
 class PooledEncoder(torch.nn.Module):
     def __init__(self, encoder: torch.nn.Module, pooling: str):
         super().__init__()
@@ -45,9 +67,7 @@ class PooledEncoder(torch.nn.Module):
         self.pooling = pooling
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        hidden = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state
+        hidden = self.encoder(**_feeds(input_ids, attention_mask, token_type_ids)).last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -60,7 +80,7 @@ class ClassifierLogits(torch.nn.Module):
         self.classifier = classifier
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        return self.classifier(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+        return self.classifier(**_feeds(input_ids, attention_mask, token_type_ids)).logits
 
 
 def output_name(source: SourceModel) -> str:

@@ -40,20 +40,22 @@ def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]
         optimization_options=options,
     )
     counts = {op: n for op, n in model.get_fused_operator_statistics().items() if n}
-    check_fusion(counts, source.num_layers)
+    check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.num_layers))
     model.save_model_to_file(str(optimized))
     return counts
 
 
-def check_fusion(counts: dict[str, int], num_layers: int) -> None:
+def check_fusion(counts: dict[str, int], num_layers: int, gelus: int | None = None) -> None:
+    """One attention and (unless the family says otherwise) one GELU per layer, two LayerNorms per layer."""
+    gelus = num_layers if gelus is None else gelus
     attention = sum(counts.get(op, 0) for op in ATTENTION_OPS)
     gelu = sum(counts.get(op, 0) for op in GELU_OPS)
     layer_norms = sum(counts.get(op, 0) for op in LAYER_NORM_OPS if op != "EmbedLayerNormalization")
     problems = []
     if attention != num_layers:
         problems.append(f"{attention} fused attention ops for {num_layers} layers")
-    if gelu != num_layers:
-        problems.append(f"{gelu} fused GELU ops for {num_layers} layers")
+    if gelu != gelus:
+        problems.append(f"{gelu} fused GELU ops for {num_layers} layers (expected {gelus})")
     if layer_norms < 2 * num_layers:  # two residual LayerNorms per layer
         problems.append(f"{layer_norms} fused LayerNorms for {num_layers} layers (expected {2 * num_layers})")
     if problems:

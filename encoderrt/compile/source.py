@@ -187,6 +187,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         architecture = find_architecture(str(config.get("model_type", "<none>")))
     except UnsupportedArchitecture as exc:
         raise InputError(str(exc)) from None
+    config = architecture.canonical_config(config)
     _check_weights(weights_folder)
 
     head = [a for a in config.get("architectures") or [] if a.endswith("ForSequenceClassification")]

@@ -59,9 +59,9 @@ def export_for_tensorrt(source: SourceModel, path: Path) -> None:
     """Dynamo export at opset 23 with SDPA attention: one standard ONNX Attention op per layer."""
     import torch
 
-    from encoderrt.compile.export import example_inputs, load_torch_model, output_name
+    from encoderrt.compile.export import example_inputs, load_export_model, output_name
 
-    module = load_torch_model(source, attention="sdpa")
+    module = load_export_model(source, "sdpa")
     names = list(source.architecture.input_names)
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", min=2, max=source.max_length)
@@ -196,6 +196,8 @@ def _graph(build: Build, folder: Path) -> tuple[Manifest, tuple[str, ...], dict[
     source, options, reporter = build.source, build.options, build.reporter
     final, int8 = folder / MODEL_FILE, options.precision == "int8"
     if options.layout == "packed":
+        if not source.architecture.packed_layout:
+            raise InputError(f"--layout packed does not cover {source.architecture.name} models yet; use --layout padded")
         with reporter.step("export", f"{source.architecture.name} {source.task}, packed, attention through the plugin"):
             export_packed(source, final)
             fused_ops = {"PackedAttention": packed_attention_count(final, source.num_layers)}

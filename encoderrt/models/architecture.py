@@ -1,14 +1,15 @@
 """What encoderrt needs to know about one transformer family.
 
 An `Architecture` holds the facts that differ between BERT-like families and nothing else:
-which inputs the graph takes, where position ids start, and how long a sequence may be.
+which inputs the graph takes, where position ids start, how long a sequence may be, how its
+config names the sizes, and what its graph is expected to fuse into.
 Everything else (export, fusion, batching) is shared and reads these facts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,34 @@ class Architecture:
     """
     fusion_model_type: str = "bert"
     """onnxruntime.transformers optimizer family whose fusion patterns fit this graph."""
+    config_aliases: Mapping[str, str] = field(default_factory=dict)
+    """config.json keys this family spells its own way, by the BERT name encoderrt reads (DistilBERT's `dim`)."""
+    head_gelus: int = 0
+    """GELUs in the sequence-classification head (ELECTRA's dense + GELU), counted by the fusion check."""
+    sdpa: bool = True
+    """Whether transformers runs this family with SDPA attention, which OpenVINO fuses into one op per layer."""
+    packed_layout: bool = False
+    """Whether TensorRT's padding-free graph (compile/packed.py) knows this family's embeddings and head."""
+    rewrite_attention: Callable[[Any, str], None] | None = None
+    """For export only: route the loaded torch model's attention through one fusable op (compile/attention.py),
+    traced for "onnxruntime" or "sdpa"; None where the exporters' own patterns already fuse it."""
 
     @property
     def input_names(self) -> tuple[str, ...]:
         if self.uses_token_type_ids:
             return ("input_ids", "attention_mask", "token_type_ids")
         return ("input_ids", "attention_mask")
+
+    def canonical_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """config.json with the BERT names filled in from this family's own, so the rest of compile reads one set."""
+        canonical = dict(config)
+        for name, own in self.config_aliases.items():
+            if own in config and name not in config:
+                canonical[name] = config[own]
+        return canonical
+
+    def expected_gelus(self, task: str, num_layers: int) -> int:
+        return num_layers + (self.head_gelus if task != "embed" else 0)
 
     def position_offset(self, config: Mapping[str, Any]) -> int:
         """The position id of a sequence's first token."""

@@ -8,4 +8,5 @@ ARCHITECTURE = Architecture(
     uses_token_type_ids=True,
     classifier_input="pooler",
     position_offset_from_padding=False,
+    packed_layout=True,
 )

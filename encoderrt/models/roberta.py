@@ -8,4 +8,5 @@ ARCHITECTURE = Architecture(
     uses_token_type_ids=False,
     classifier_input="first_token",
     position_offset_from_padding=True,
+    packed_layout=True,
 )
