@@ -188,7 +188,8 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
     """
     kind = "embed" if task == "embed" else "logits"
     tolerance = tolerance_for(task, precision, target)
-    figures: dict[str, Any] = {"probes": int(reference.shape[0])}
+    figures: dict[str, Any] = {"probes": int(reference.shape[0]),
+                               "non_finite": int(sum((~np.isfinite(c)).sum() for c in candidates))}
     if kind == "embed":
         cosines = [cosine_pairs(reference, c) for c in candidates]
         figures["min_cosine"] = float(min(c.min() for c in cosines))
@@ -207,6 +208,8 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
 def broken(figures: dict[str, Any], tolerance: Tolerance) -> list[str]:
     """The limits of `tolerance` that `figures` break, each as a sentence."""
     failures = []
+    if figures.get("non_finite"):  # NaN compares false with every limit below, so it is named first
+        failures.append(f"{figures['non_finite']} outputs are NaN or infinite")
     if tolerance.min_cosine is not None and figures["min_cosine"] < tolerance.min_cosine:
         failures.append(f"min cosine {figures['min_cosine']:.6f} < {tolerance.min_cosine}")
     if tolerance.mean_cosine is not None and figures["mean_cosine"] < tolerance.mean_cosine:

@@ -16,3 +16,15 @@ def test_compare_reports_worst_run():
     reference = np.eye(3, dtype=np.float32) + 0.1
     figures, failures = compare("embed", "fp32", reference, [reference, reference + np.array([[0, 0.5, 0], [0, 0, 0], [0, 0, 0]])])
     assert figures["min_cosine"] < 0.99 and failures and "min cosine" in failures[0]
+
+
+def test_nan_outputs_fail_parity():
+    """NaN compares false with every limit, so a graph that emits NaN (a fully masked padded row) must be named."""
+    reference = np.eye(3, dtype=np.float32) + 0.1
+    broken = reference.copy()
+    broken[1, 0] = np.nan
+    figures, failures = compare("embed", "fp32", reference, [reference, broken])
+    assert figures["non_finite"] == 1 and failures == ["1 outputs are NaN or infinite"]
+    logits = np.array([[0.5], [1.5], [-0.3]], dtype=np.float32)
+    _, failures = compare("score", "fp32", logits, [np.where(logits > 1, np.inf, logits)], activation="sigmoid")
+    assert "1 outputs are NaN or infinite" in failures
