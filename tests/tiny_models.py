@@ -15,33 +15,68 @@ CORPUS_WORDS = (
 ).split()
 
 
+PAIRS = [
+    ("where is the amazon rainforest", "the amazon rainforest covers much of the amazon basin of south america"),
+    ("where is the amazon rainforest", "der schnelle braune fuchs springt über den hund"),
+    ("café", "résumé naïve café"),
+    ("东京", "东京 日本 首都"),
+    ("the quick brown fox", " ".join(["fox jumps over the lazy dog"] * 30)),  # the document must be truncated
+]
+"""(query, document) pairs in the tiny tokenizers' corpus: non-ASCII, unknown characters, truncation."""
+
+
 def _corpus() -> list[str]:
     words = list(CORPUS_WORDS)
     return [" ".join(words[i:] + words[:i]) for i in range(len(words))] * 3
 
 
-def _wordpiece_tokenizer(max_length: int):
-    """WordPiece over a fixed vocabulary (characters, continuation pieces, whole words).
+_BERT_SPECIAL = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
+_ROBERTA_SPECIAL = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>",
+                    "cls_token": "<s>", "sep_token": "</s>"}
+"""In vocabulary order: <s> 0, <pad> 1, </s> 2, as RoBERTa, CamemBERT and MPNet number them."""
+
+
+def _special_vocab(special: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(special.values()))
+
+
+def _wordpiece_tokenizer(max_length: int, wrapper: str = "BertTokenizerFast", special: dict[str, str] = _BERT_SPECIAL):
+    """WordPiece over a fixed vocabulary (characters, continuation pieces, whole words), BERT's [CLS] A [SEP] B [SEP]
+    or, with RoBERTa's special tokens (MPNet), <s> A </s></s> B </s>.
 
     The tokenizers WordPiece trainer breaks ties in hash order, so a trained vocabulary (and
     with it every test figure) would change from run to run; an explicit one does not.
     """
+    import transformers
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     normalizer = normalizers.BertNormalizer(lowercase=True)
     words = sorted({w for text in _corpus() for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(normalizer.normalize_str(text))})
     chars = sorted({c for w in words for c in w})
-    vocab = special + chars + [f"##{c}" for c in chars] + [w for w in words if len(w) > 1]
-    tokenizer = Tokenizer(models.WordPiece({token: i for i, token in enumerate(vocab)}, unk_token="[UNK]"))
+    vocab = _special_vocab(special) + chars + [f"##{c}" for c in chars] + [w for w in words if len(w) > 1]
+    ids = {token: i for i, token in enumerate(vocab)}
+    tokenizer = Tokenizer(models.WordPiece(ids, unk_token=special["unk_token"]))
     tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.post_processor = processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
-    return BertTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_length,
-    )
+    cls, sep = special["cls_token"], special["sep_token"]
+    processor = processors.BertProcessing if special is _BERT_SPECIAL else processors.RobertaProcessing
+    tokenizer.post_processor = processor((sep, ids[sep]), (cls, ids[cls]))
+    return getattr(transformers, wrapper)(tokenizer_object=tokenizer, model_max_length=max_length, **special)
+
+
+def _unigram_tokenizer(max_length: int):
+    """A trained SentencePiece-style Unigram model (CamemBERT's kind), <s> A </s></s> B </s>."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import CamembertTokenizerFast
+
+    special = _special_vocab(_ROBERTA_SPECIAL)
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(_corpus(), trainers.UnigramTrainer(vocab_size=200, special_tokens=special, unk_token="<unk>"))
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return CamembertTokenizerFast(tokenizer_object=tokenizer, model_max_length=max_length, **_ROBERTA_SPECIAL)
 
 
 def _byte_level_tokenizer(max_length: int):
@@ -102,12 +137,59 @@ def roberta_checkpoint(folder: Path, num_labels: int | None, max_positions: int 
     return folder
 
 
-def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48) -> Path:
+def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: int = 0, max_positions: int = 64,
+                      initializer_range: float = 0.3, **sizes) -> Path:
+    """An encoder or sequence classifier of a family beyond BERT/RoBERTa, each with its own kind of tokenizer;
+    `sizes` override _small's (a base-sized one for benchmarks).
+
+    ELECTRA gets an embedding size below the hidden size, so its embedding projection is exercised.
+    """
+    import torch
+    import transformers
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    torch.manual_seed(seed)
+    small = _small(initializer_range=initializer_range, **sizes)
+    if family == "distilbert":
+        tokenizer = _wordpiece_tokenizer(max_positions, "DistilBertTokenizerFast")
+        config = transformers.DistilBertConfig(dim=small["hidden_size"], n_layers=small["num_hidden_layers"],
+                                               n_heads=small["num_attention_heads"], hidden_dim=small["intermediate_size"],
+                                               initializer_range=initializer_range)
+    elif family == "electra":
+        tokenizer = _wordpiece_tokenizer(max_positions, "ElectraTokenizerFast")
+        config = transformers.ElectraConfig(embedding_size=16, **small)
+    elif family == "mpnet":
+        tokenizer = _wordpiece_tokenizer(max_positions - 2, "MPNetTokenizerFast", {**_ROBERTA_SPECIAL, "unk_token": "[UNK]"})
+        config = transformers.MPNetConfig(pad_token_id=1, **small)
+    elif family == "camembert":
+        tokenizer = _unigram_tokenizer(max_positions - 2)
+        config = transformers.CamembertConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, **small)
+    elif family == "modernbert":  # a 16-token window, so that parity covers sequences past it
+        tokenizer = _byte_level_tokenizer(max_positions)
+        config = transformers.ModernBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
+                                               cls_token_id=0, sep_token_id=2, local_attention=16,
+                                               global_attn_every_n_layers=2, **small)
+    else:
+        raise ValueError(f"no tiny checkpoint for {family}")
+    config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions
+    if num_labels:
+        config.num_labels = num_labels
+    model = AutoModelForSequenceClassification.from_config(config) if num_labels else AutoModel.from_config(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,
+                                 family: str = "bert", **checkpoint) -> Path:
     """A sentence-transformers model folder saved by sentence-transformers itself."""
     from sentence_transformers import SentenceTransformer, models
 
-    encoder = bert_checkpoint(folder.with_name(folder.name + "-encoder"), num_labels=None)
-    modules = [models.Transformer(str(encoder), max_seq_length=max_seq_length), models.Pooling(32, pooling)]
+    encoder_folder = folder.with_name(folder.name + "-encoder")
+    encoder = (bert_checkpoint(encoder_folder, num_labels=None) if family == "bert"
+               else family_checkpoint(encoder_folder, family, num_labels=None, **checkpoint))
+    transformer = models.Transformer(str(encoder), max_seq_length=max_seq_length)
+    modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling)]
     if normalize:
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules, device="cpu").save(str(folder))

@@ -5,15 +5,9 @@ import pytest
 import torch
 
 from artifact_runner import cosine_rows, run_artifact
+from tiny_models import PAIRS
 from encoderrt.runtime.manifest import read_manifest
 
-PAIRS = [
-    ("where is the amazon rainforest", "the amazon rainforest covers much of the amazon basin of south america"),
-    ("where is the amazon rainforest", "der schnelle braune fuchs springt über den hund"),
-    ("café", "résumé naïve café"),
-    ("东京", "东京 日本 首都"),
-    ("the quick brown fox", " ".join(["fox jumps over the lazy dog"] * 30)),  # the document must be truncated
-]
 TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", " ".join(["rank score"] * 80)]
 
 

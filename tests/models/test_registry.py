@@ -7,11 +7,28 @@ def test_families():
     assert find_architecture("bert").uses_token_type_ids
     roberta = find_architecture("xlm-roberta")
     assert roberta.name == "roberta" and roberta.input_names == ("input_ids", "attention_mask")
+    assert find_architecture("camembert") is roberta
     assert roberta.max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
+    assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
-    assert supported_model_types() == ["bert", "roberta", "xlm-roberta"]
+    assert supported_model_types() == ["bert", "camembert", "distilbert", "electra", "modernbert", "mpnet", "roberta",
+                                       "xlm-roberta"]
+
+
+def test_config_aliases_fill_the_bert_names():
+    """DistilBERT's config.json says dim / n_layers / n_heads / hidden_dim; compile reads one set of names."""
+    config = find_architecture("distilbert").canonical_config({"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072})
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"], config["intermediate_size"]) == (
+        768, 6, 12, 3072)
+    assert find_architecture("bert").canonical_config({"hidden_size": 384}) == {"hidden_size": 384}
+
+
+def test_expected_gelus_count_the_head():
+    electra, bert = find_architecture("electra"), find_architecture("bert")
+    assert (electra.expected_gelus("score", 12), electra.expected_gelus("embed", 12), bert.expected_gelus("score", 12)) == (
+        13, 12, 12)
 
 
 def test_unknown_family_names_the_supported_ones():
-    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, roberta, xlm-roberta"):
+    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, distilbert, electra, modernbert, mpnet"):
         find_architecture("llama")

@@ -1,0 +1,97 @@
+"""Attention with an additive score bias as one op in the exported graph, for families whose layers add
+a bias that onnxruntime's fusion patterns do not match (MPNet's relative-position bias).
+
+A family's `rewrite_attention` (encoderrt/models/) routes its layers through `biased_attention`. The
+op exports as onnxruntime's `com.microsoft.MultiHeadAttention` with the key padding mask and the bias
+as inputs; traced for SDPA (OpenVINO, TensorRT) it is torch's scaled_dot_product_attention with the
+bias and mask folded into one float mask, which both of those fuse into their own attention op.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Literal
+
+import torch
+
+from encoderrt.compile.export import OPSET
+
+AttentionExport = Literal["onnxruntime", "sdpa"]
+"""How a rewritten attention is traced: onnxruntime's contrib op, or torch's SDPA."""
+_TORCH_OP = "encoderrt_export::biased_attention"
+
+
+def _split(t: torch.Tensor, heads: int) -> torch.Tensor:
+    batch, sequence, hidden = t.shape
+    return t.view(batch, sequence, heads, hidden // heads).transpose(1, 2)
+
+
+def _sdpa(q, k, v, key_padding_mask, bias, num_heads: int) -> torch.Tensor:
+    """[B, S, H] projections, key_padding_mask [B, S] (1 = attend), bias broadcastable to [B, heads, S, S]."""
+    blocked = torch.finfo(q.dtype).min
+    mask = bias if key_padding_mask is None else (
+        bias + torch.where(key_padding_mask[:, None, None, :].bool(), 0.0, blocked).to(q.dtype))
+    out = torch.nn.functional.scaled_dot_product_attention(_split(q, num_heads), _split(k, num_heads),
+                                                           _split(v, num_heads), attn_mask=mask)
+    return out.transpose(1, 2).reshape(q.shape)
+
+
+@cache
+def _register() -> None:
+    from torch.onnx import symbolic_helper
+
+    @torch.library.custom_op(_TORCH_OP, mutates_args=())
+    def biased_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor,
+                            bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+        return _sdpa(q, k, v, key_padding_mask, bias, num_heads)
+
+    @biased_attention_op.register_fake
+    def _(q, k, v, key_padding_mask, bias, num_heads):
+        return torch.empty_like(q)
+
+    @torch.library.custom_op(_TORCH_OP + "_unpadded", mutates_args=())
+    def masked_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                            num_heads: int) -> torch.Tensor:
+        return _sdpa(q, k, v, None, bias, num_heads)
+
+    @masked_attention_op.register_fake
+    def _(q, k, v, bias, num_heads):
+        return torch.empty_like(q)
+
+    @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i")
+    def to_onnx(g, q, k, v, key_padding_mask, bias, num_heads):
+        no_qkv_bias = symbolic_helper._optional_input_placeholder_tensor(g)
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, no_qkv_bias, key_padding_mask, bias, num_heads_i=num_heads)
+        out.setType(q.type())
+        return out
+
+    @symbolic_helper.parse_args("v", "v", "v", "v", "i")
+    def to_onnx_unpadded(g, q, k, v, bias, num_heads):
+        absent = symbolic_helper._optional_input_placeholder_tensor(g)
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, absent, absent, bias, num_heads_i=num_heads)
+        out.setType(q.type())
+        return out
+
+    torch.onnx.register_custom_op_symbolic(_TORCH_OP, to_onnx, OPSET)
+    torch.onnx.register_custom_op_symbolic(_TORCH_OP + "_unpadded", to_onnx_unpadded, OPSET)
+
+
+def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,
+                     bias: torch.Tensor, num_heads: int, export: AttentionExport) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim) + bias) v over unpadded keys, heads split from and merged back into H.
+
+    With no key_padding_mask, the bias alone masks (transformers' additive mask, padding and windows in it).
+    """
+    if export == "sdpa":
+        return _sdpa(q, k, v, key_padding_mask, bias, num_heads)
+    _register()
+    if key_padding_mask is None:
+        return torch.ops.encoderrt_export.biased_attention_unpadded(q, k, v, bias, num_heads)
+    return torch.ops.encoderrt_export.biased_attention(q, k, v, key_padding_mask.to(torch.int32), bias, num_heads)
+
+
+def key_padding_mask(additive_mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """[B, S] with 1 for real keys, from transformers' additive [B, 1, S or 1, S] mask (None: nothing padded)."""
+    if additive_mask is None:
+        return torch.ones(like.shape[:2], dtype=torch.int32, device=like.device)
+    return (additive_mask[:, 0, 0, :] == 0).to(torch.int32)

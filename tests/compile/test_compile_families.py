@@ -1,0 +1,142 @@
+"""DistilBERT, ELECTRA, MPNet, CamemBERT and ModernBERT: every task on tiny random checkpoints, against sentence-transformers
+and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking."""
+
+import numpy as np
+import pytest
+import torch
+
+import tiny_models as tm
+from artifact_runner import cosine_rows, run_artifact
+from encoderrt.runtime.manifest import read_manifest
+
+FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert")
+PAIRS = tm.PAIRS + [("привет", "как дела мир")]
+TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", "größe café 東京",
+         " ".join(["rank score"] * 80)]
+ATTENTION = {"cpu": ("Attention", "MultiHeadAttention"), "openvino": ("ScaledDotProductAttention",)}
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_dir):
+    root = tiny_dir / "families"
+    folders = {}
+    for i, family in enumerate(FAMILIES):
+        folders[family, "embed"] = tm.sentence_transformers_folder(root / f"{family}-st", pooling="mean", normalize=True,
+                                                                   family=family)
+        folders[family, "score"] = tm.family_checkpoint(root / f"{family}-ce", family, num_labels=1, seed=10 + i)
+    folders["distilbert", "classify"] = tm.family_checkpoint(root / "distilbert-cls", "distilbert", num_labels=3, seed=20)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def artifacts(sources, compile_artifact, tmp_path_factory):
+    root = tmp_path_factory.mktemp("family-artifacts")
+    return {(family, task, target): compile_artifact(source, root / f"{family}-{task}-{target}", target=target)
+            for (family, task), source in sources.items() for target in ("cpu", "openvino")}
+
+
+def _fused_attention(manifest) -> int:
+    return sum(manifest.fused_ops.get(op, 0) for op in ATTENTION[manifest.target])
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_embeddings_match_sentence_transformers(family, target, sources, artifacts):
+    from sentence_transformers import SentenceTransformer
+
+    result = artifacts[family, "embed", target]
+    manifest = read_manifest(result.path)
+    assert (manifest.model_type, manifest.task, manifest.pooling, manifest.normalize) == (family, "embed", "mean", True)
+    assert _fused_attention(manifest) == manifest.shape.num_layers == 2
+    reference = SentenceTransformer(str(sources[family, "embed"]), device="cpu").encode(TEXTS)
+    batched = run_artifact(result.path, texts=TEXTS)
+    rows = np.concatenate([run_artifact(result.path, texts=[text]) for text in TEXTS])
+    assert cosine_rows(batched, reference).min() >= 0.99999
+    assert cosine_rows(rows, reference).min() >= 0.99999
+    assert cosine_rows(reference[:1], reference[1:2])[0] < 0.999  # distinct inputs, distinct vectors
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cross_encoder_logits_match_sentence_transformers(family, target, sources, artifacts):
+    from sentence_transformers import CrossEncoder
+
+    result = artifacts[family, "score", target]
+    manifest = read_manifest(result.path)
+    assert (manifest.task, manifest.activation) == ("score", "sigmoid")
+    assert _fused_attention(manifest) == 2
+    model = CrossEncoder(str(sources[family, "score"]), device="cpu", max_length=manifest.max_length)
+    reference = model.predict(PAIRS, activation_fn=torch.nn.Identity(), convert_to_numpy=True).reshape(-1, 1)
+    logits = run_artifact(result.path, pairs=PAIRS)
+    rows = np.concatenate([run_artifact(result.path, pairs=[pair]) for pair in PAIRS])
+    assert np.abs(logits - reference).max() <= 1e-3 and np.abs(rows - reference).max() <= 1e-3
+    assert reference.std() > 0.05
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_distilbert_classifier_matches_transformers(target, sources, artifacts):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    result = artifacts["distilbert", "classify", target]
+    manifest = read_manifest(result.path)
+    assert manifest.task == "classify" and manifest.shape.output_dim == 3
+    tokenizer = AutoTokenizer.from_pretrained(sources["distilbert", "classify"])
+    model = AutoModelForSequenceClassification.from_pretrained(sources["distilbert", "classify"]).eval()
+    with torch.inference_mode():
+        batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=manifest.max_length, return_tensors="pt")
+        reference = model(**batch).logits.numpy()
+    np.testing.assert_allclose(run_artifact(result.path, texts=TEXTS), reference, atol=1e-3)
+
+
+def test_segment_inputs_follow_the_family(artifacts):
+    """ELECTRA reads segment ids like BERT, so dropping them changes its scores; the others take none."""
+    for family in FAMILIES:
+        manifest = read_manifest(artifacts[family, "score", "cpu"].path)
+        assert ("token_type_ids" in manifest.inputs) == (family == "electra")
+    electra = artifacts["electra", "score", "cpu"].path
+    assert np.abs(run_artifact(electra, pairs=PAIRS) - run_artifact(electra, pairs=PAIRS, drop="token_type_ids")).max() > 1e-2
+
+
+def test_positions_count_from_padding_where_the_family_does(artifacts):
+    """MPNet and CamemBERT count positions from padding_idx + 1 (two slots of a 64-entry table); DistilBERT from 0."""
+    limits = {family: read_manifest(artifacts[family, "embed", "cpu"].path).max_length for family in FAMILIES}
+    st_limit = 48  # sentence_bert_config's max_seq_length caps them all
+    assert limits == dict.fromkeys(FAMILIES, st_limit)
+    uncapped = {family: read_manifest(artifacts[family, "score", "cpu"].path).max_length for family in FAMILIES}
+    assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64}
+
+
+def test_modernbert_windows_and_padding(sources, artifacts):
+    """Sequences well past the 16-token local window, padded beside short ones, match sentence-transformers on both
+    targets (a padded query whose window holds only padding gave NaN through a boolean SDPA mask)."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = [" ".join(tm.CORPUS_WORDS[i : i + 40]) for i in (0, 7, 19)] + ["x", "café"]
+    reference = SentenceTransformer(str(sources["modernbert", "embed"]), device="cpu").encode(texts)
+    for target in ("cpu", "openvino"):
+        embeddings = run_artifact(artifacts["modernbert", "embed", target].path, texts=texts)
+        assert np.isfinite(embeddings).all() and cosine_rows(embeddings, reference).min() >= 0.99999
+
+
+@pytest.mark.parametrize(("family", "target", "precision"), [
+    ("mpnet", "cpu", "int8"), ("mpnet", "openvino", "int8"), ("distilbert", "openvino", "int8"),
+    ("electra", "cpu", "int8"), ("camembert", "openvino", "bf16"), ("modernbert", "openvino", "int8"),
+])
+def test_lossy_precisions_stay_close_to_sentence_transformers(family, target, precision, sources, compile_artifact, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    result = compile_artifact(sources[family, "embed"], tmp_path / "artifact", target=target, precision=precision)
+    assert result.manifest.precision == precision and _fused_attention(result.manifest) == 2
+    reference = SentenceTransformer(str(sources[family, "embed"]), device="cpu").encode(TEXTS)
+    similarity = cosine_rows(run_artifact(result.path, texts=TEXTS), reference)
+    assert similarity.min() >= 0.98 and similarity.mean() >= 0.995
+
+
+def test_int8_cross_encoder_keeps_ranking(sources, compile_artifact, tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    result = compile_artifact(sources["electra", "score"], tmp_path / "electra-int8", precision="int8")
+    assert result.manifest.parity["spearman"] >= 0.98
+    reference = CrossEncoder(str(sources["electra", "score"]), device="cpu", max_length=result.manifest.max_length).predict(
+        PAIRS, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+    assert np.corrcoef(run_artifact(result.path, pairs=PAIRS).ravel(), reference)[0, 1] > 0.95
