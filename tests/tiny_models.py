@@ -64,19 +64,23 @@ def _wordpiece_tokenizer(max_length: int, wrapper: str = "BertTokenizerFast", sp
     return getattr(transformers, wrapper)(tokenizer_object=tokenizer, model_max_length=max_length, **special)
 
 
-def _unigram_tokenizer(max_length: int):
-    """A trained SentencePiece-style Unigram model (CamemBERT's kind), <s> A </s></s> B </s>."""
+def _unigram_tokenizer(max_length: int, wrapper: str = "CamembertTokenizerFast", special: dict[str, str] = _ROBERTA_SPECIAL):
+    """A trained SentencePiece-style Unigram model: CamemBERT's <s> A </s></s> B </s>, or with BERT's special tokens
+    DeBERTa-v2's [CLS] A [SEP] B [SEP]."""
+    import transformers
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import CamembertTokenizerFast
 
-    special = _special_vocab(_ROBERTA_SPECIAL)
+    vocab = _special_vocab(special)
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    tokenizer.train_from_iterator(_corpus(), trainers.UnigramTrainer(vocab_size=200, special_tokens=special, unk_token="<unk>"))
-    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    return CamembertTokenizerFast(tokenizer_object=tokenizer, model_max_length=max_length, **_ROBERTA_SPECIAL)
+    trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=vocab, unk_token=special["unk_token"])
+    tokenizer.train_from_iterator(_corpus(), trainer)
+    cls, sep = special["cls_token"], special["sep_token"]
+    processor = processors.BertProcessing if special is _BERT_SPECIAL else processors.RobertaProcessing
+    tokenizer.post_processor = processor((sep, vocab.index(sep)), (cls, vocab.index(cls)))
+    return getattr(transformers, wrapper)(tokenizer_object=tokenizer, model_max_length=max_length, **special)
 
 
 def _byte_level_tokenizer(max_length: int):
@@ -164,6 +168,12 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
     elif family == "camembert":
         tokenizer = _unigram_tokenizer(max_positions - 2)
         config = transformers.CamembertConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, **small)
+    elif family == "deberta-v2":  # v3's layout: relative attention with both position terms, no segment embeddings
+        tokenizer = _unigram_tokenizer(max_positions, "DebertaV2TokenizerFast", _BERT_SPECIAL)
+        config = transformers.DebertaV2Config(pad_token_id=0, type_vocab_size=0, relative_attention=True,
+                                              position_buckets=16, max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                                              pos_att_type=["p2c", "c2p"], position_biased_input=False, share_att_key=True,
+                                              **small)
     elif family == "modernbert":  # a 16-token window, so that parity covers sequences past it
         tokenizer = _byte_level_tokenizer(max_positions)
         config = transformers.ModernBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,

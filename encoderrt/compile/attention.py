@@ -26,13 +26,13 @@ def _split(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.view(batch, sequence, heads, hidden // heads).transpose(1, 2)
 
 
-def _sdpa(q, k, v, key_padding_mask, bias, num_heads: int) -> torch.Tensor:
+def _sdpa(q, k, v, key_padding_mask, bias, num_heads: int, scale: float | None = None) -> torch.Tensor:
     """[B, S, H] projections, key_padding_mask [B, S] (1 = attend), bias broadcastable to [B, heads, S, S]."""
     blocked = torch.finfo(q.dtype).min
     mask = bias if key_padding_mask is None else (
         bias + torch.where(key_padding_mask[:, None, None, :].bool(), 0.0, blocked).to(q.dtype))
     out = torch.nn.functional.scaled_dot_product_attention(_split(q, num_heads), _split(k, num_heads),
-                                                           _split(v, num_heads), attn_mask=mask)
+                                                           _split(v, num_heads), attn_mask=mask, scale=scale)
     return out.transpose(1, 2).reshape(q.shape)
 
 
@@ -42,33 +42,34 @@ def _register() -> None:
 
     @torch.library.custom_op(_TORCH_OP, mutates_args=())
     def biased_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor,
-                            bias: torch.Tensor, num_heads: int) -> torch.Tensor:
-        return _sdpa(q, k, v, key_padding_mask, bias, num_heads)
+                            bias: torch.Tensor, num_heads: int, scale: float) -> torch.Tensor:
+        return _sdpa(q, k, v, key_padding_mask, bias, num_heads, scale)
 
     @biased_attention_op.register_fake
-    def _(q, k, v, key_padding_mask, bias, num_heads):
+    def _(q, k, v, key_padding_mask, bias, num_heads, scale):
         return torch.empty_like(q)
 
     @torch.library.custom_op(_TORCH_OP + "_unpadded", mutates_args=())
     def masked_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                            num_heads: int) -> torch.Tensor:
-        return _sdpa(q, k, v, None, bias, num_heads)
+                            num_heads: int, scale: float) -> torch.Tensor:
+        return _sdpa(q, k, v, None, bias, num_heads, scale)
 
     @masked_attention_op.register_fake
-    def _(q, k, v, bias, num_heads):
+    def _(q, k, v, bias, num_heads, scale):
         return torch.empty_like(q)
 
-    @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i")
-    def to_onnx(g, q, k, v, key_padding_mask, bias, num_heads):
+    @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "f")
+    def to_onnx(g, q, k, v, key_padding_mask, bias, num_heads, scale):
         no_qkv_bias = symbolic_helper._optional_input_placeholder_tensor(g)
-        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, no_qkv_bias, key_padding_mask, bias, num_heads_i=num_heads)
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, no_qkv_bias, key_padding_mask, bias, num_heads_i=num_heads,
+                   scale_f=scale)
         out.setType(q.type())
         return out
 
-    @symbolic_helper.parse_args("v", "v", "v", "v", "i")
-    def to_onnx_unpadded(g, q, k, v, bias, num_heads):
+    @symbolic_helper.parse_args("v", "v", "v", "v", "i", "f")
+    def to_onnx_unpadded(g, q, k, v, bias, num_heads, scale):
         absent = symbolic_helper._optional_input_placeholder_tensor(g)
-        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, absent, absent, bias, num_heads_i=num_heads)
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, absent, absent, bias, num_heads_i=num_heads, scale_f=scale)
         out.setType(q.type())
         return out
 
@@ -77,21 +78,25 @@ def _register() -> None:
 
 
 def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,
-                     bias: torch.Tensor, num_heads: int, export: AttentionExport) -> torch.Tensor:
-    """softmax(q k^T / sqrt(head_dim) + bias) v over unpadded keys, heads split from and merged back into H.
+                     bias: torch.Tensor, num_heads: int, export: AttentionExport, scale: float | None = None) -> torch.Tensor:
+    """softmax(scale q k^T + bias) v over unpadded keys (scale 1/sqrt(head_dim) unless given), heads split from and
+    merged back into H.
 
     With no key_padding_mask, the bias alone masks (transformers' additive mask, padding and windows in it).
     """
     if export == "sdpa":
-        return _sdpa(q, k, v, key_padding_mask, bias, num_heads)
+        return _sdpa(q, k, v, key_padding_mask, bias, num_heads, scale)
     _register()
+    scale = float(scale if scale is not None else (q.shape[-1] // num_heads) ** -0.5)
     if key_padding_mask is None:
-        return torch.ops.encoderrt_export.biased_attention_unpadded(q, k, v, bias, num_heads)
-    return torch.ops.encoderrt_export.biased_attention(q, k, v, key_padding_mask.to(torch.int32), bias, num_heads)
+        return torch.ops.encoderrt_export.biased_attention_unpadded(q, k, v, bias, num_heads, scale)
+    return torch.ops.encoderrt_export.biased_attention(q, k, v, key_padding_mask.to(torch.int32), bias, num_heads, scale)
 
 
-def key_padding_mask(additive_mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    """[B, S] with 1 for real keys, from transformers' additive [B, 1, S or 1, S] mask (None: nothing padded)."""
-    if additive_mask is None:
+def key_padding_mask(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """[B, S] with 1 for real keys, from a [B, 1, S or 1, S] mask, additive (0 = attend) or boolean (True = attend),
+    whose first query row is a real token (None: nothing padded)."""
+    if mask is None:
         return torch.ones(like.shape[:2], dtype=torch.int32, device=like.device)
-    return (additive_mask[:, 0, 0, :] == 0).to(torch.int32)
+    keys = mask[:, 0, 0, :]
+    return (keys if keys.dtype == torch.bool else keys == 0).to(torch.int32)

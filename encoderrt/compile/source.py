@@ -187,6 +187,9 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         architecture = find_architecture(str(config.get("model_type", "<none>")))
     except UnsupportedArchitecture as exc:
         raise InputError(str(exc)) from None
+    problem = architecture.unsupported(config) if architecture.unsupported else None
+    if problem:
+        raise InputError(f"{config_path}: {problem}")
     config = architecture.canonical_config(config)
     _check_weights(weights_folder)
 

@@ -1,4 +1,4 @@
-"""DistilBERT, ELECTRA, MPNet, CamemBERT and ModernBERT: every task on tiny random checkpoints, against sentence-transformers
+"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT and DeBERTa-v2: every task on tiny random checkpoints, against sentence-transformers
 and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking."""
 
 import numpy as np
@@ -9,7 +9,7 @@ import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.runtime.manifest import read_manifest
 
-FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert")
+FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2")
 PAIRS = tm.PAIRS + [("привет", "как дела мир")]
 TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", "größe café 東京",
          " ".join(["rank score"] * 80)]
@@ -103,7 +103,8 @@ def test_positions_count_from_padding_where_the_family_does(artifacts):
     st_limit = 48  # sentence_bert_config's max_seq_length caps them all
     assert limits == dict.fromkeys(FAMILIES, st_limit)
     uncapped = {family: read_manifest(artifacts[family, "score", "cpu"].path).max_length for family in FAMILIES}
-    assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64}
+    assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64,
+                        "deberta-v2": 64}
 
 
 def test_modernbert_windows_and_padding(sources, artifacts):
@@ -121,6 +122,7 @@ def test_modernbert_windows_and_padding(sources, artifacts):
 @pytest.mark.parametrize(("family", "target", "precision"), [
     ("mpnet", "cpu", "int8"), ("mpnet", "openvino", "int8"), ("distilbert", "openvino", "int8"),
     ("electra", "cpu", "int8"), ("camembert", "openvino", "bf16"), ("modernbert", "openvino", "int8"),
+    ("deberta-v2", "cpu", "int8"), ("deberta-v2", "openvino", "int8"),
 ])
 def test_lossy_precisions_stay_close_to_sentence_transformers(family, target, precision, sources, compile_artifact, tmp_path):
     from sentence_transformers import SentenceTransformer
@@ -140,3 +142,18 @@ def test_int8_cross_encoder_keeps_ranking(sources, compile_artifact, tmp_path):
     reference = CrossEncoder(str(sources["electra", "score"]), device="cpu", max_length=result.manifest.max_length).predict(
         PAIRS, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
     assert np.corrcoef(run_artifact(result.path, pairs=PAIRS).ravel(), reference)[0, 1] > 0.95
+
+
+def test_deberta_variants_it_cannot_compile_are_named(sources, compile_artifact, tmp_path):
+    """Segment embeddings would be ignored silently (wrong scores): refused, and nothing is written."""
+    import json
+    import shutil
+
+    from encoderrt.compile import InputError
+
+    folder = shutil.copytree(sources["deberta-v2", "score"], tmp_path / "with-segments")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "type_vocab_size": 2}))
+    with pytest.raises(InputError, match="type_vocab_size > 0"):
+        compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()

@@ -11,8 +11,8 @@ def test_families():
     assert roberta.max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
-    assert supported_model_types() == ["bert", "camembert", "distilbert", "electra", "modernbert", "mpnet", "roberta",
-                                       "xlm-roberta"]
+    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "modernbert", "mpnet",
+                                       "roberta", "xlm-roberta"]
 
 
 def test_config_aliases_fill_the_bert_names():
@@ -30,5 +30,12 @@ def test_expected_gelus_count_the_head():
 
 
 def test_unknown_family_names_the_supported_ones():
-    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, distilbert, electra, modernbert, mpnet"):
+    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, deberta-v2, distilbert, electra, modernbert, mpnet"):
         find_architecture("llama")
+
+
+def test_family_variants_a_file_cannot_compile_are_named():
+    deberta = find_architecture("deberta-v2")
+    assert deberta.unsupported({"type_vocab_size": 0}) is None
+    assert "type_vocab_size" in deberta.unsupported({"type_vocab_size": 2})
+    assert find_architecture("bert").unsupported is None
