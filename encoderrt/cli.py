@@ -12,6 +12,7 @@ from rich.console import Console
 from encoderrt.compile.cache import BUNDLED_NAME, bundled_model
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import CompileOptions
+from encoderrt.runtime.manifest import POOLINGS
 
 
 def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def _add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
                         help="tensorrt: the largest batch (padded tokens) the optimisation profiles hold")
     parser.add_argument("--max-length", type=int, default=None, metavar="N", help="token limit (default: the folder's)")
-    parser.add_argument("--pooling", choices=["auto", "cls", "mean"], default="auto")
+    parser.add_argument("--pooling", choices=["auto", *POOLINGS], default="auto")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="default for embeddings' L2 normalisation (default: the folder's)")
     parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")

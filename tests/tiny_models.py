@@ -191,8 +191,10 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
 
 
 def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,
-                                 family: str = "bert", **checkpoint) -> Path:
-    """A sentence-transformers model folder saved by sentence-transformers itself."""
+                                 family: str = "bert", dense: tuple[tuple[int, str], ...] = (), **checkpoint) -> Path:
+    """A sentence-transformers model folder saved by sentence-transformers itself; `dense` adds Dense modules after
+    pooling as (out_features, torch.nn activation class name)."""
+    import torch
     from sentence_transformers import SentenceTransformer, models
 
     encoder_folder = folder.with_name(folder.name + "-encoder")
@@ -200,6 +202,11 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
                else family_checkpoint(encoder_folder, family, num_labels=None, **checkpoint))
     transformer = models.Transformer(str(encoder), max_seq_length=max_seq_length)
     modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling)]
+    width = transformer.get_embedding_dimension()
+    for i, (out_features, activation) in enumerate(dense):
+        torch.manual_seed(100 + i)
+        modules.append(models.Dense(width, out_features, bias=i % 2 == 0, activation_function=getattr(torch.nn, activation)()))
+        width = out_features
     if normalize:
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules, device="cpu").save(str(folder))

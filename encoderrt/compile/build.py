@@ -59,7 +59,7 @@ class Build:
                 num_heads=source.num_heads,
                 intermediate_size=int(config.get("intermediate_size", 4 * source.hidden_size)),
                 vocab_size=int(config["vocab_size"]),
-                output_dim=source.hidden_size if source.task == "embed" else len(source.labels),
+                output_dim=source.output_dim,
             ),
             pooling=source.pooling,
             normalize=source.normalize,

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from encoderrt.compile.errors import InputError
+from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
 
 OPSET = 17
@@ -34,8 +35,22 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
     model.eval()
     if source.task == "embed":
-        return PooledEncoder(model, source.pooling).eval()
+        return PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders]).eval()
     return ClassifierLogits(model).eval()
+
+
+def _dense(path: Path) -> torch.nn.Module:
+    """A sentence-transformers Dense module, loaded by sentence-transformers itself (its weights, bias, activation)."""
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    try:
+        dense = Dense.load(str(path), local_files_only=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise InputError(f"cannot load the Dense module in {path}: {exc}") from None
+    if dense.module_input_name != "sentence_embedding" or (dense.module_output_name or "sentence_embedding") != "sentence_embedding":
+        raise InputError(f"the Dense module in {path} maps {dense.module_input_name} to {dense.module_output_name}; "
+                         "encoderrt compiles Dense modules on the pooled sentence embedding")
+    return dense.eval()
 
 
 def _feeds(input_ids, attention_mask, token_type_ids) -> dict:
@@ -61,17 +76,20 @@ def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
 
 
 class PooledEncoder(torch.nn.Module):
-    def __init__(self, encoder: torch.nn.Module, pooling: str):
+    """The encoder, its pooling, then any sentence-transformers Dense modules (normalising is the runtime's)."""
+
+    def __init__(self, encoder: torch.nn.Module, pooling: str, dense: list[torch.nn.Module] = ()):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling
+        self.dense = torch.nn.ModuleList(dense)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         hidden = self.encoder(**_feeds(input_ids, attention_mask, token_type_ids)).last_hidden_state
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        pooled = pool(hidden, attention_mask, self.pooling)
+        for module in self.dense:
+            pooled = module({"sentence_embedding": pooled})["sentence_embedding"]
+        return pooled
 
 
 class ClassifierLogits(torch.nn.Module):

@@ -21,7 +21,7 @@ class CompileOptions:
     max_batch_tokens: int = 16384
     """TensorRT only: the largest batch (padded tokens) the optimisation profiles must hold."""
     max_length: int | None = None
-    pooling: Literal["auto", "cls", "mean"] = "auto"
+    pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"] = "auto"
     normalize: bool | None = None
     force: bool = False
     quiet: bool = False

@@ -15,14 +15,16 @@ from typing import Any, Literal
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
-from encoderrt.runtime.manifest import Activation, Pooling, Task
+from encoderrt.runtime.manifest import POOLINGS, Activation, Pooling, Task
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "transformers"]
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-_SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+_SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+"""In this order: Dense modules (any number) between Pooling and Normalize."""
 # sentence-transformers names activations by their torch class path.
-_ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax"}
+_ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax", "Tanh": "tanh",
+                                       "ReLU": "relu"}
 # tokenizers without a limit report model_max_length as a huge sentinel.
 _NO_LIMIT = 1_000_000
 
@@ -43,6 +45,10 @@ class SourceModel:
     labels: tuple[str, ...]
     folder_pooling: Pooling | None = None
     """The pooling the sentence-transformers folder declares; parity uses it as reference when unchanged."""
+    dense_folders: tuple[Path, ...] = ()
+    """sentence-transformers Dense modules after pooling, in order: inside the graph."""
+    output_dim: int = 0
+    """Width of what the graph returns: the last Dense module's, the hidden size, or the number of labels."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -75,6 +81,7 @@ def _read_optional_json(path: Path) -> dict[str, Any]:
 class _Modules:
     transformer_path: str = ""
     pooling_path: str | None = None
+    dense_paths: tuple[str, ...] = ()
     normalize: bool = False
 
 
@@ -85,34 +92,31 @@ def _read_modules(folder: Path) -> _Modules | None:
     entries = _read_json(path)
     if not isinstance(entries, list):
         raise InputError(f"{path} is not a list of modules")
-    transformer_path, pooling_path, normalize = None, None, False
-    for entry in entries:
-        kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
-        if kind == "Transformer":
-            transformer_path = entry.get("path", "")
-        elif kind == "Pooling":
-            pooling_path = entry.get("path")
-        elif kind == "Normalize":
-            normalize = True
-        else:
-            raise InputError(
-                f"sentence-transformers module '{kind}' in {path} is not supported; "
-                f"encoderrt compiles {', '.join(_SUPPORTED_MODULES)}"
-            )
-    if transformer_path is None:
-        raise InputError(f"{path} lists no Transformer module")
-    return _Modules(transformer_path, pooling_path, normalize)
+    kinds = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
+    for kind in kinds:
+        if kind not in _SUPPORTED_MODULES:
+            raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
+                             f"encoderrt compiles {', '.join(_SUPPORTED_MODULES)}")
+    order = [_SUPPORTED_MODULES.index(kind) for kind in kinds]
+    if order != sorted(order) or kinds.count("Transformer") != 1 or kinds.count("Pooling") > 1:
+        raise InputError(f"the modules in {path} are {' -> '.join(kinds)}; encoderrt compiles one Transformer, "
+                         "then at most one Pooling, then any Dense modules, then Normalize")
+    paths = {kind: [entry.get("path", "") for entry, k in zip(entries, kinds) if k == kind] for kind in _SUPPORTED_MODULES}
+    return _Modules(paths["Transformer"][0], (paths["Pooling"] or [None])[0], tuple(paths["Dense"]), bool(paths["Normalize"]))
 
 
 def _pooling_from_config(path: Path) -> Pooling:
+    from encoderrt.compile.pooling import LEGACY_FLAGS
+
     config = _read_json(path / "config.json")
     mode = config.get("pooling_mode")
-    if mode is None:  # sentence-transformers < 5 writes one flag per mode
-        flags = [k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
-                 for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
-        mode = flags[0] if len(flags) == 1 else "+".join(flags) or "none"
-    if mode not in ("cls", "mean"):
-        raise InputError(f"pooling mode '{mode}' in {path} is not supported; encoderrt supports cls and mean")
+    if mode is None:
+        mode = [name for flag, name in LEGACY_FLAGS.items() if config.get(flag) is True]
+    if isinstance(mode, list):
+        mode = mode[0] if len(mode) == 1 else "+".join(mode) or "none"
+    if mode not in POOLINGS:
+        raise InputError(f"pooling mode '{mode}' in {path} is not supported; encoderrt supports one of "
+                         f"{', '.join(POOLINGS)}")
     return mode
 
 
@@ -213,6 +217,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     pooling: Pooling | None = None
     folder_pooling: Pooling | None = None
     normalize = False
+    dense_folders: tuple[Path, ...] = ()
     if task == "embed":
         if modules and modules.pooling_path:
             folder_pooling = _pooling_from_config(folder / modules.pooling_path)
@@ -226,6 +231,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         normalize = modules.normalize if modules else False
         if options.normalize is not None:
             normalize = options.normalize
+        dense_folders = tuple(folder / path for path in modules.dense_paths) if modules else ()
     else:
         if options.pooling != "auto":
             raise InputError(f"--pooling applies to embedding models; this is a {task} model")
@@ -246,5 +252,15 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         activation=_activation(folder, config, num_labels, task) if task != "embed" else "identity",
         labels=labels if task != "embed" else (),
         folder_pooling=folder_pooling,
+        dense_folders=dense_folders,
+        output_dim=(_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
+        else num_labels,
         notes=tuple(notes),
     )
+
+
+def _dense_output(path: Path) -> int:
+    out_features = _read_json(path / "config.json").get("out_features")
+    if not isinstance(out_features, int) or out_features < 1:
+        raise InputError(f"{path / 'config.json'} gives no out_features for its Dense module")
+    return out_features

@@ -198,6 +198,10 @@ def _graph(build: Build, folder: Path) -> tuple[Manifest, tuple[str, ...], dict[
     if options.layout == "packed":
         if not source.architecture.packed_layout:
             raise InputError(f"--layout packed does not cover {source.architecture.name} models yet; use --layout padded")
+        if source.dense_folders:
+            raise InputError("--layout packed has no Dense modules after pooling; use --layout padded")
+        if source.task == "embed" and source.pooling not in ("cls", "mean"):
+            raise InputError(f"--layout packed pools with cls or mean, not {source.pooling}; use --layout padded")
         with reporter.step("export", f"{source.architecture.name} {source.task}, packed, attention through the plugin"):
             export_packed(source, final)
             fused_ops = {"PackedAttention": packed_attention_count(final, source.num_layers)}

@@ -17,14 +17,14 @@ SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
 Task = Literal["embed", "score", "classify"]
-Pooling = Literal["cls", "mean"]
-Activation = Literal["sigmoid", "softmax", "identity"]
+Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
+Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
 TASKS: tuple[str, ...] = ("embed", "score", "classify")
-POOLINGS: tuple[str, ...] = ("cls", "mean")
-ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity")
+POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity", "tanh", "relu")
 LAYOUTS: tuple[str, ...] = ("padded", "packed")
 
 

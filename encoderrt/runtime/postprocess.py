@@ -26,7 +26,13 @@ def identity(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
-ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"sigmoid": sigmoid, "softmax": softmax, "identity": identity}
+def relu(logits: np.ndarray) -> np.ndarray:
+    return np.maximum(logits, 0.0)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sigmoid": sigmoid, "softmax": softmax, "identity": identity, "tanh": np.tanh, "relu": relu,
+}
 
 
 def l2_normalize(rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,42 @@
+"""sentence-transformers' pooling modes, inside the exported graph, as sentence-transformers computes them.
+
+Rows are right-padded (encoderrt's tokenizer pads on the right), so the first real token is position 0
+and sentence-transformers' left-padding corrections fall away. Each mode is written with ops every
+exporter keeps (masked sums, a masked max, a gather), so pooling stays one small tail of the graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from encoderrt.runtime.manifest import POOLINGS
+
+LEGACY_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+"""sentence-transformers < 5 writes one boolean per mode instead of `pooling_mode`."""
+assert set(LEGACY_FLAGS.values()) == set(POOLINGS)
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """[B, S, H] token states and the [B, S] mask to [B, H] by `mode`."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode == "max":
+        return hidden.masked_fill(mask == 0, float("-inf")).max(dim=1).values
+    if mode in ("mean", "mean_sqrt_len_tokens"):
+        counts = mask.sum(dim=1).clamp(min=1e-9)
+        return (hidden * mask).sum(dim=1) / (counts if mode == "mean" else counts.sqrt())
+    if mode == "weightedmean":  # token i weighs i + 1
+        weights = mask * torch.arange(1, hidden.shape[1] + 1, device=hidden.device, dtype=hidden.dtype).view(1, -1, 1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    if mode == "lasttoken":
+        last = (attention_mask.to(torch.int64).sum(dim=1) - 1).clamp(min=0)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    raise ValueError(f"pooling mode {mode!r} is not one of {POOLINGS}")

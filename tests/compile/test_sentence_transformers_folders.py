@@ -1,0 +1,120 @@
+"""What a sentence-transformers folder says, compiled into the graph: every pooling mode, Dense modules after
+pooling, every score activation; checked against sentence-transformers itself at fp32 tolerances."""
+
+import numpy as np
+import pytest
+import torch
+
+import tiny_models as tm
+from artifact_runner import cosine_rows
+from encoderrt import Engine
+from encoderrt.compile import InputError
+from encoderrt.runtime.manifest import POOLINGS
+
+TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", "größe café 東京",
+         " ".join(["rank score"] * 80)]
+
+
+def _embed(artifact, texts):
+    with Engine.load(artifact) as engine:
+        return engine.embed(texts)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_every_pooling_mode_matches_sentence_transformers(pooling, tiny_dir, compile_artifact, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = tm.sentence_transformers_folder(tiny_dir / f"pooling-{pooling}", pooling=pooling, normalize=False)
+    result = compile_artifact(folder, tmp_path / "artifact")
+    assert result.manifest.pooling == pooling and result.manifest.parity["reference"].startswith("sentence-transformers")
+    reference = SentenceTransformer(str(folder), device="cpu").encode(TEXTS)
+    embeddings = _embed(result.path, TEXTS)
+    assert cosine_rows(embeddings, reference).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), np.linalg.norm(reference, axis=1), rtol=1e-4)
+
+
+def test_pooling_modes_differ(tiny_dir, compile_artifact, tmp_path):
+    """Each mode computes something of its own on the same encoder (the comparisons above would not notice a mode
+    silently mapped to another)."""
+    outputs = {}
+    for pooling in POOLINGS:
+        folder = tm.sentence_transformers_folder(tiny_dir / f"pooling-{pooling}", pooling=pooling, normalize=False)
+        outputs[pooling] = _embed(compile_artifact(folder, tmp_path / pooling).path, TEXTS[:3])
+    for a in POOLINGS:
+        for b in POOLINGS:
+            if a < b:
+                assert not np.allclose(outputs[a], outputs[b], atol=1e-3), (a, b)
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_dense_modules_after_pooling(target, tiny_dir, compile_artifact, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = tm.sentence_transformers_folder(tiny_dir / "st-dense", pooling="mean", normalize=True,
+                                             dense=((48, "Tanh"), (24, "Identity")))
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    assert result.manifest.shape.output_dim == 24
+    model = SentenceTransformer(str(folder), device="cpu")
+    embeddings = _embed(result.path, TEXTS)
+    assert embeddings.shape == (len(TEXTS), 24)
+    assert cosine_rows(embeddings, model.encode(TEXTS)).min() >= 0.99999
+    with Engine.load(result.path) as engine:  # matryoshka dimensions cut the Dense output, then normalise
+        cut = engine.embed(TEXTS, dimensions=8)
+    reference = model.encode(TEXTS, normalize_embeddings=False)[:, :8]
+    assert cosine_rows(cut, reference).min() >= 0.99999
+
+
+def test_modules_out_of_order_are_named(tiny_dir, tmp_path, compile_artifact):
+    import json
+    import shutil
+
+    folder = shutil.copytree(tm.sentence_transformers_folder(tiny_dir / "st-dense", pooling="mean", normalize=True,
+                                                             dense=((48, "Tanh"), (24, "Identity"))), tmp_path / "shuffled")
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([modules[0], modules[2], modules[1], *modules[3:]]))
+    with pytest.raises(InputError, match="Transformer -> Dense -> Pooling"):
+        compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()
+
+
+@pytest.mark.parametrize("activation", ["Tanh", "ReLU", "Identity", "Sigmoid"])
+def test_every_score_activation_matches_cross_encoder(activation, tiny_models, compile_artifact, tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    folder = tmp_path / "ce"
+    CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu",
+                 activation_fn=getattr(torch.nn, activation)()).save_pretrained(str(folder))
+    result = compile_artifact(folder, tmp_path / "artifact")
+    assert result.manifest.activation == activation.lower()
+    reference = CrossEncoder(str(folder), device="cpu", max_length=result.manifest.max_length).predict(tm.PAIRS)
+    with Engine.load(result.path) as engine:
+        scores = engine.score([q for q, _ in tm.PAIRS], [d for _, d in tm.PAIRS])
+    np.testing.assert_allclose(scores, reference, atol=1e-3)
+
+
+@pytest.mark.parametrize("pooling", ["mean_sqrt_len_tokens", "lasttoken"])
+def test_legacy_pooling_flags_are_read(pooling, tiny_dir, compile_artifact, tmp_path):
+    """sentence-transformers < 5 wrote one boolean per mode; the same folder in that form compiles the same."""
+    import json
+    import shutil
+
+    from encoderrt.compile.pooling import LEGACY_FLAGS
+
+    folder = shutil.copytree(tm.sentence_transformers_folder(tiny_dir / f"pooling-{pooling}", pooling=pooling), tmp_path / "legacy")
+    config_path = next(folder.glob("1_Pooling*/config.json"))
+    config = json.loads(config_path.read_text())
+    config.pop("pooling_mode")
+    config.update({flag: mode == pooling for flag, mode in LEGACY_FLAGS.items()})
+    config_path.write_text(json.dumps(config))
+    assert compile_artifact(folder, tmp_path / "artifact").manifest.pooling == pooling
+
+
+def test_combined_pooling_modes_are_named(tiny_dir, compile_artifact, tmp_path):
+    import json
+    import shutil
+
+    folder = shutil.copytree(tm.sentence_transformers_folder(tiny_dir / "pooling-cls", pooling="cls"), tmp_path / "combined")
+    config_path = next(folder.glob("1_Pooling*/config.json"))
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "pooling_mode": ["cls", "mean"]}))
+    with pytest.raises(InputError, match="pooling mode 'cls\\+mean'.*supports one of cls, mean, max"):
+        compile_artifact(folder, tmp_path / "artifact")
