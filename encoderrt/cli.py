@@ -124,6 +124,8 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
                         help="name of each MODEL in requests' `model` field, in order (repeat per model)")
+    parser.add_argument("--default-prompt-name", action="append", default=[], metavar="NAME",
+                        help="prompt each MODEL applies by default, in order (repeat per model; '' for none)")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API route")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N", help="token budget (default: calibrated)")
     parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
@@ -143,6 +145,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     if len(names) > len(paths):
         console.print(f"[red]error:[/] {len(names)} --served-model-name values for {len(paths)} models")
         return 2
+    prompts = args.default_prompt_name
+    if len(prompts) > len(paths):
+        console.print(f"[red]error:[/] {len(prompts)} --default-prompt-name values for {len(paths)} models")
+        return 2
     for path in args.models:
         if not path.is_dir():
             console.print(f"[red]error:[/] model folder not found: {path}")
@@ -156,7 +162,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _silence_library_chatter()
-    specs = [ModelSpec(path, names[i] if i < len(names) else None) for i, path in enumerate(paths)]
+    specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
+             for i, path in enumerate(paths)]
     return run_server(settings, specs)
 
 

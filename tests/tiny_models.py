@@ -191,7 +191,9 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
 
 
 def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,
-                                 family: str = "bert", dense: tuple[tuple[int, str], ...] = (), **checkpoint) -> Path:
+                                 family: str = "bert", dense: tuple[tuple[int, str], ...] = (),
+                                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
+                                 **checkpoint) -> Path:
     """A sentence-transformers model folder saved by sentence-transformers itself; `dense` adds Dense modules after
     pooling as (out_features, torch.nn activation class name)."""
     import torch
@@ -209,5 +211,5 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
         width = out_features
     if normalize:
         modules.append(models.Normalize())
-    SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name).save(str(folder))
     return folder

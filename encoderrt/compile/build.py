@@ -73,6 +73,8 @@ class Build:
             },
             fused_ops=fused_ops,
             versions=package_versions(_RECORDED_PACKAGES),
+            prompts=dict(source.prompts),
+            default_prompt_name=source.default_prompt_name,
         )
         values.update(fields)
         return Manifest(**values)

@@ -123,7 +123,9 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
 
         model = SentenceTransformer(folder, device="cpu", local_files_only=True)
         model.max_seq_length = source.max_length
-        return model.encode(texts, batch_size=8, convert_to_numpy=True, show_progress_bar=False), "sentence-transformers SentenceTransformer.encode"
+        # prompt="": the plain probes go through without the folder's default prompt (the prompted ones follow)
+        return (model.encode(texts, prompt="", batch_size=8, convert_to_numpy=True, show_progress_bar=False),
+                "sentence-transformers SentenceTransformer.encode")
     if source.task == "score":
         from sentence_transformers import CrossEncoder
 
@@ -234,10 +236,30 @@ class Probes:
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
+    """The probes without a prompt, and with each of the folder's prompts as encode(prompt_name=...) applies it."""
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
+    if source.prompts and name.startswith("sentence-transformers"):
+        prompted, outputs = _prompted_reference(source, texts[:6])
+        texts, reference = texts + prompted, np.concatenate([reference, outputs])
     return Probes(texts, pairs, reference, name)
+
+
+def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], np.ndarray]:
+    """Each prompt prepended to `texts` (what the engine feeds its graph), and sentence-transformers' outputs for
+    encode(texts, prompt_name=name)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(source.folder), device="cpu", local_files_only=True)
+    model.max_seq_length = source.max_length
+    prompted, outputs = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, prompt in source.prompts.items():
+            prompted += [prompt + text for text in texts]
+            outputs.append(model.encode(texts, prompt_name=name, batch_size=8, convert_to_numpy=True, show_progress_bar=False))
+    return prompted, np.concatenate(outputs)
 
 
 def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:

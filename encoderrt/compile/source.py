@@ -49,6 +49,9 @@ class SourceModel:
     """sentence-transformers Dense modules after pooling, in order: inside the graph."""
     output_dim: int = 0
     """Width of what the graph returns: the last Dense module's, the hidden size, or the number of labels."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """sentence-transformers' named prompts (e5's "query: "), prepended to a text before tokenising."""
+    default_prompt_name: str | None = None
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -238,6 +241,12 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
+    prompts, default_prompt_name = _prompts(st_config, config_path) if task == "embed" else ({}, None)
+    if prompts and modules and modules.pooling_path:
+        pooling_config = _read_optional_json(folder / modules.pooling_path / "config.json")
+        if pooling_config.get("include_prompt") is False:
+            raise InputError(f"{folder / modules.pooling_path} leaves prompt tokens out of pooling (include_prompt: false); "
+                             "encoderrt pools every token, so it cannot match that yet")
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
     return SourceModel(
         folder=folder,
@@ -253,10 +262,22 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         labels=labels if task != "embed" else (),
         folder_pooling=folder_pooling,
         dense_folders=dense_folders,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
         output_dim=(_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
         else num_labels,
         notes=tuple(notes),
     )
+
+
+def _prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:
+    prompts = st_config.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise InputError(f"config_sentence_transformers.json beside {where} has prompts that are not name: text pairs")
+    default = st_config.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise InputError(f"default_prompt_name '{default}' is not one of the folder's prompts ({', '.join(prompts) or 'none'})")
+    return {str(k): v for k, v in prompts.items()}, default
 
 
 def _dense_output(path: Path) -> int:

@@ -19,6 +19,8 @@ class EngineConfig:
     """Threads for all sessions together; 0: every core the process may use."""
     calibration_latency_ms: float = 150.0
     """Calibration picks the budget with the best throughput whose batch stays under this latency."""
+    default_prompt_name: str | None = None
+    """Overrides the folder's default prompt (TEI's --default-prompt-name); "" serves without one."""
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:

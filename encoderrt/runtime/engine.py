@@ -22,6 +22,7 @@ from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, check_dimensions, cosine_pairs, shape_embeddings, softmax
+from encoderrt.runtime.prompts import default_prompt, resolve_prompt, with_prompt
 from encoderrt.runtime.requests import (
     Classification,
     ClassifyRequest,
@@ -109,6 +110,7 @@ class Engine:
             calibration = calibrate(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.vocab_size,
                                     config.calibration_latency_ms)
             budget = calibration.max_batch_tokens
+        self._default_prompt_name = default_prompt(manifest, config.default_prompt_name)
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, config.max_queue_items, self.stats)
         self.info = EngineInfo(
             name=str(manifest.source.get("name") or artifact_dir.name),
@@ -138,8 +140,11 @@ class Engine:
 
     # -- public verbs -------------------------------------------------------------------------
 
-    def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: Truncation = True) -> np.ndarray:
-        return self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate)).value
+    def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: Truncation = True,
+              prompt_name: str | None = None, prompt: str | None = None) -> np.ndarray:
+        """As SentenceTransformer.encode: the model's default prompt applies unless prompt_name or prompt says otherwise."""
+        return self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
+                                     prompt=prompt)).value
 
     def score(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
         return self.run(ScoreRequest(text_1, text_2, truncate, activation)).value
@@ -152,8 +157,9 @@ class Engine:
         return self.run(ClassifyRequest(as_texts(texts, "texts"), truncate)).value
 
     async def aembed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None,
-                     truncate: Truncation = True) -> np.ndarray:
-        return (await self.arun(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate))).value
+                     truncate: Truncation = True, prompt_name: str | None = None, prompt: str | None = None) -> np.ndarray:
+        return (await self.arun(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
+                                             prompt=prompt))).value
 
     async def ascore(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
         return (await self.arun(ScoreRequest(text_1, text_2, truncate, activation))).value
@@ -238,12 +244,15 @@ class Engine:
         check_dimensions(request.dimensions, self.manifest.shape.output_dim)
         normalize = self.manifest.normalize if request.normalize is None else request.normalize
         tokenizer, cut = self._tokenizer_for(request.truncate)
+        prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, request.prompt_name, request.prompt)
         if request.token_ids is not None:
             if request.texts:
                 raise InvalidRequest("give texts or token ids, not both")
+            if request.prompt_name is not None or request.prompt:
+                raise InvalidRequest("a prompt applies to texts, not to token ids")
             rows = tokenizer.from_ids(request.token_ids, self.manifest.shape.vocab_size, cut)
         else:
-            rows = tokenizer.encode(as_texts(request.texts, "texts"), cut)
+            rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut)
         return _Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
 
     def _plan_score(self, firsts: list[str], seconds: list[str], truncate: Truncation, activation: bool) -> _Plan:
@@ -255,7 +264,8 @@ class Engine:
             position = {text: i for i, text in enumerate(unique)}
             left = [position[t] for t in firsts]
             right = [position[t] for t in seconds]
-            rows = tokenizer.encode(unique, cut)
+            prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, None, None)
+            rows = tokenizer.encode(with_prompt(unique, prefix), cut)  # as encode() would embed them
             return _Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
         rows = tokenizer.encode_pairs(firsts, seconds, cut)
         apply = ACTIVATIONS[self.manifest.activation] if activation else ACTIVATIONS["identity"]

@@ -77,6 +77,9 @@ class Manifest:
     """Target-specific record: for "tensorrt", the engine file and what it was built for (engine_record.py)."""
     selection: dict[str, Any] = field(default_factory=dict)
     """With --target/--precision auto: every candidate's speed and parity here, and the rule that chose."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """Named prompts from the sentence-transformers folder, prepended to texts (runtime/prompts.py)."""
+    default_prompt_name: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

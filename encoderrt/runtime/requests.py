@@ -26,7 +26,11 @@ class EmbedRequest:
     dimensions: int | None = None
     truncate: Truncation = True
     token_ids: Sequence[Sequence[int]] | None = None
-    """Pre-tokenised input (OpenAI's token-array form), used as given instead of `texts`."""
+    """Pre-tokenised input (OpenAI's token-array form), used as given instead of `texts` (no prompt added)."""
+    prompt_name: str | None = None
+    """One of the model's prompts; None: its default prompt, if it has one."""
+    prompt: str | None = None
+    """A prompt given verbatim, over prompt_name; "" turns the default prompt off."""
 
 
 @dataclass(frozen=True)

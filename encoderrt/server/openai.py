@@ -26,6 +26,8 @@ class EmbeddingsBody(BaseModel):
     dimensions: int | None = None
     user: str | None = Field(default=None, description="accepted for compatibility; not used")
     truncate_prompt_tokens: int | None = Field(default=None, description="vLLM extension: -1 or unset cuts at the model's limit")
+    prompt_name: str | None = Field(default=None, description="encoderrt extension: one of the model's prompts "
+                                    "(sentence-transformers' prompt_name); unset: its default prompt")
 
 
 def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
@@ -43,9 +45,11 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> Response:
     truncate = common.truncation(body.truncate_prompt_tokens)
     if isinstance(inputs[0], list) or isinstance(inputs[0], int):
         token_ids = [inputs] if isinstance(inputs[0], int) else inputs
-        engine_request = EmbedRequest(token_ids=token_ids, dimensions=body.dimensions, truncate=truncate)
+        engine_request = EmbedRequest(token_ids=token_ids, dimensions=body.dimensions, truncate=truncate,
+                                      prompt_name=body.prompt_name)
     else:
-        engine_request = EmbedRequest(texts=inputs, dimensions=body.dimensions, truncate=truncate)
+        engine_request = EmbedRequest(texts=inputs, dimensions=body.dimensions, truncate=truncate,
+                                      prompt_name=body.prompt_name)
     completion = await served.engine.arun(engine_request)
     data = [
         {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}

@@ -21,6 +21,8 @@ class EmbedBody(BaseModel):
     normalize: bool = True
     truncate: bool = False
     dimensions: int | None = None
+    prompt_name: str | None = None
+    """One of the model's prompts, as TEI takes it; unset: the model's default prompt."""
 
 
 class PredictBody(BaseModel):
@@ -45,7 +47,8 @@ async def embed(body: EmbedBody, request: Request) -> Response:
     served = common.resolve(request, None, "embed")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
-    completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate))
+    completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate,
+                                                       prompt_name=body.prompt_name))
     return common.reply(completion.value, completion, started)
 
 

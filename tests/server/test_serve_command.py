@@ -99,3 +99,10 @@ def test_serve_refuses_a_missing_folder(tmp_path):
     result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(tmp_path / "nope")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "model folder not found" in result.stderr
+
+
+def test_serve_refuses_more_default_prompt_names_than_models(minilm_fp32):
+    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(minilm_fp32.path),
+                             "--default-prompt-name", "query", "--default-prompt-name", "passage"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "2 --default-prompt-name values for 1 models" in result.stderr
