@@ -126,6 +126,8 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="name of each MODEL in requests' `model` field, in order (repeat per model)")
     parser.add_argument("--default-prompt-name", action="append", default=[], metavar="NAME",
                         help="prompt each MODEL applies by default, in order (repeat per model; '' for none)")
+    parser.add_argument("--long-inputs", choices=["truncate", "chunk"], default="truncate",
+                        help="embedding inputs past the model's limit: cut (default) or embed in chunks and average")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API route")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N", help="token budget (default: calibrated)")
     parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
@@ -154,7 +156,8 @@ def _run_serve(args: argparse.Namespace) -> int:
             console.print(f"[red]error:[/] model folder not found: {path}")
             return 2
     try:
-        engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue)
+        engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
+                              long_inputs=args.long_inputs)
         settings = ServerSettings(host=args.host, port=args.port, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                                   max_client_batch_size=args.max_client_batch_size, engine=engine)
     except ValueError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class EngineConfig:
     """Threads for all sessions together; 0: every core the process may use."""
     calibration_latency_ms: float = 150.0
     """Calibration picks the budget with the best throughput whose batch stays under this latency."""
+    long_inputs: Literal["truncate", "chunk"] = "truncate"
+    """Embedding inputs past the model's limit: cut at it, or embedded in chunks and merged (runtime/chunking.py)."""
     default_prompt_name: str | None = None
     """Overrides the folder's default prompt (TEI's --default-prompt-name); "" serves without one."""
 
@@ -29,5 +32,7 @@ class EngineConfig:
             raise ValueError(f"max_queue_items must be positive, got {self.max_queue_items}")
         if self.sessions < 1:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
+        if self.long_inputs not in ("truncate", "chunk"):
+            raise ValueError(f"long_inputs must be 'truncate' or 'chunk', got {self.long_inputs!r}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must not be negative, got {self.max_wait_ms}")

@@ -18,6 +18,7 @@ import numpy as np
 
 from encoderrt.runtime.backends import BackendOptions, load_backend
 from encoderrt.runtime.calibration import Calibration, calibrate
+from encoderrt.runtime.chunking import chunk_rows, merge_chunks
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import Manifest, read_manifest
@@ -111,6 +112,7 @@ class Engine:
                                     config.calibration_latency_ms)
             budget = calibration.max_batch_tokens
         self._default_prompt_name = default_prompt(manifest, config.default_prompt_name)
+        self._chunk_long_inputs = config.long_inputs == "chunk"
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, config.max_queue_items, self.stats)
         self.info = EngineInfo(
             name=str(manifest.source.get("name") or artifact_dir.name),
@@ -251,6 +253,10 @@ class Engine:
             if request.prompt_name is not None or request.prompt:
                 raise InvalidRequest("a prompt applies to texts, not to token ids")
             rows = tokenizer.from_ids(request.token_ids, self.manifest.shape.vocab_size, cut)
+        elif self._chunk_long_inputs and isinstance(request.truncate, bool):  # a per-request length still cuts
+            rows, counts = chunk_rows(self._tokenizer, with_prompt(as_texts(request.texts, "texts"), prefix))
+            return _Plan(rows, lambda outputs: shape_embeddings(merge_chunks(outputs, rows, counts), normalize,
+                                                                request.dimensions))
         else:
             rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut)
         return _Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))

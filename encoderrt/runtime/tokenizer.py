@@ -88,6 +88,10 @@ class TextTokenizer:
             self._check_lengths(encodings)
         return encodings
 
+    def encode_chunks(self, texts: Sequence[str]) -> list[list[Tokens]]:
+        """Each text as consecutive chunks of at most max_length tokens, each with the special tokens."""
+        return [[_tokens(e), *map(_tokens, e.overflowing)] for e in self._truncating.encode_batch(list(texts))]
+
     def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True) -> list[Tokens]:
         """Encode (query, document) pairs; truncation cuts the document, or both if the query alone is too long."""
         if len(firsts) != len(seconds):
