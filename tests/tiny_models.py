@@ -213,3 +213,21 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name).save(str(folder))
     return folder
+
+
+def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4) -> Path:
+    """A SPLADE-style SparseEncoder folder (a BERT MLM head, SpladePooling) saved by sentence-transformers itself."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    tokenizer = _wordpiece_tokenizer(64)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=64, **_small())
+    mlm_folder = folder.with_name(folder.name + "-mlm")
+    BertForMaskedLM(config).save_pretrained(mlm_folder)
+    tokenizer.save_pretrained(mlm_folder)
+    modules = [MLMTransformer(str(mlm_folder), max_seq_length=48), SpladePooling(pooling_strategy)]
+    SparseEncoder(modules=modules, device="cpu").save(str(folder))
+    return folder

@@ -26,9 +26,9 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     standard ONNX Attention op that TensorRT fuses.
     """
     from safetensors import SafetensorError
-    from transformers import AutoModel, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    loader = AutoModel if source.task == "embed" else AutoModelForSequenceClassification
+    loader = {"embed": AutoModel, "sparse": AutoModelForMaskedLM}.get(source.task, AutoModelForSequenceClassification)
     try:
         model = loader.from_pretrained(source.weights_folder, attn_implementation=attention, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
@@ -36,6 +36,10 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     model.eval()
     if source.task == "embed":
         return PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders]).eval()
+    if source.task == "sparse":
+        from encoderrt.compile.sparse import splade_module
+
+        return splade_module(model, source.pooling)
     return ClassifierLogits(model).eval()
 
 
@@ -102,7 +106,7 @@ class ClassifierLogits(torch.nn.Module):
 
 
 def output_name(source: SourceModel) -> str:
-    return "embeddings" if source.task == "embed" else "logits"
+    return "embeddings" if source.task in ("embed", "sparse") else "logits"
 
 
 def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:

@@ -74,7 +74,7 @@ LOSSLESS: dict[str, Tolerance] = {
 
 
 def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
-    kind = "embed" if task == "embed" else "logits"
+    kind = "embed" if task in ("embed", "sparse") else "logits"
     return TARGET_TOLERANCES.get((target, kind, precision)) or TOLERANCES[(kind, precision)]
 
 
@@ -126,6 +126,10 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
         # prompt="": the plain probes go through without the folder's default prompt (the prompted ones follow)
         return (model.encode(texts, prompt="", batch_size=8, convert_to_numpy=True, show_progress_bar=False),
                 "sentence-transformers SentenceTransformer.encode")
+    if source.task == "sparse":
+        from encoderrt.compile.sparse import sparse_reference
+
+        return sparse_reference(source.folder, source.max_length, texts), "sentence-transformers SparseEncoder.encode"
     if source.task == "score":
         from sentence_transformers import CrossEncoder
 
@@ -188,7 +192,7 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
 
     `figures["lossless"]` says whether the figures also meet the LOSSLESS tier.
     """
-    kind = "embed" if task == "embed" else "logits"
+    kind = "embed" if task in ("embed", "sparse") else "logits"
     tolerance = tolerance_for(task, precision, target)
     figures: dict[str, Any] = {"probes": int(reference.shape[0]),
                                "non_finite": int(sum((~np.isfinite(c)).sum() for c in candidates))}

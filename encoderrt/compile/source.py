@@ -14,14 +14,18 @@ from typing import Any, Literal
 
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.sparse import splade_pooling
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.manifest import POOLINGS, Activation, Pooling, Task
 
-SourceKind = Literal["sentence-transformers", "cross-encoder", "transformers"]
+SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 """In this order: Dense modules (any number) between Pooling and Normalize."""
+_ROLES = {"Transformer": "Transformer", "MLMTransformer": "Transformer", "Pooling": "Pooling", "SpladePooling": "Pooling",
+          "Dense": "Dense", "Normalize": "Normalize"}
+"""sentence-transformers module classes by the role they play; SparseEncoder folders use the MLM/SPLADE ones."""
 # sentence-transformers names activations by their torch class path.
 _ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax", "Tanh": "tanh",
                                        "ReLU": "relu"}
@@ -86,6 +90,8 @@ class _Modules:
     pooling_path: str | None = None
     dense_paths: tuple[str, ...] = ()
     normalize: bool = False
+    sparse: bool = False
+    """An MLM transformer with SPLADE pooling (a SparseEncoder folder)."""
 
 
 def _read_modules(folder: Path) -> _Modules | None:
@@ -95,17 +101,23 @@ def _read_modules(folder: Path) -> _Modules | None:
     entries = _read_json(path)
     if not isinstance(entries, list):
         raise InputError(f"{path} is not a list of modules")
-    kinds = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
-    for kind in kinds:
-        if kind not in _SUPPORTED_MODULES:
+    classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
+    for kind in classes:
+        if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
-                             f"encoderrt compiles {', '.join(_SUPPORTED_MODULES)}")
+                             f"encoderrt compiles {', '.join(_ROLES)}")
+    kinds = [_ROLES[kind] for kind in classes]
     order = [_SUPPORTED_MODULES.index(kind) for kind in kinds]
     if order != sorted(order) or kinds.count("Transformer") != 1 or kinds.count("Pooling") > 1:
         raise InputError(f"the modules in {path} are {' -> '.join(kinds)}; encoderrt compiles one Transformer, "
                          "then at most one Pooling, then any Dense modules, then Normalize")
     paths = {kind: [entry.get("path", "") for entry, k in zip(entries, kinds) if k == kind] for kind in _SUPPORTED_MODULES}
-    return _Modules(paths["Transformer"][0], (paths["Pooling"] or [None])[0], tuple(paths["Dense"]), bool(paths["Normalize"]))
+    sparse = "SpladePooling" in classes
+    if sparse and (paths["Dense"] or paths["Normalize"]):
+        raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a SparseEncoder as "
+                         "an MLM Transformer -> SpladePooling")
+    return _Modules(paths["Transformer"][0], (paths["Pooling"] or [None])[0], tuple(paths["Dense"]), bool(paths["Normalize"]),
+                    sparse)
 
 
 def _pooling_from_config(path: Path) -> Pooling:
@@ -179,6 +191,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     st_config = _read_optional_json(folder / "config_sentence_transformers.json")
     if modules is None:
         kind: SourceKind = "transformers"
+    elif modules.sparse:
+        kind = "sparse-encoder"
     elif st_config.get("model_type") == "CrossEncoder":
         kind = "cross-encoder"
     else:
@@ -204,7 +218,9 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     id2label = config.get("id2label") or {}
     num_labels = len(id2label) or int(config.get("num_labels", 2))
     task: Task
-    if options.task == "auto":
+    if options.task == "auto" and kind == "sparse-encoder":
+        task = "sparse"
+    elif options.task == "auto":
         if head or kind == "cross-encoder":
             task = "score" if num_labels == 1 else "classify"
         else:
@@ -235,6 +251,11 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             normalize = options.normalize
         dense_folders = tuple(folder / path for path in modules.dense_paths) if modules else ()
+    elif task == "sparse":
+        if options.pooling != "auto" or options.normalize is not None:
+            raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
+        pooling_path = folder / (modules.pooling_path or "")
+        pooling = splade_pooling(pooling_path, _read_optional_json(pooling_path / "config.json"))
     else:
         if options.pooling != "auto":
             raise InputError(f"--pooling applies to embedding models; this is a {task} model")
@@ -264,8 +285,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         dense_folders=dense_folders,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
-        output_dim=(_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
-        else num_labels,
+        output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
+                    else int(config["vocab_size"]) if task == "sparse" else num_labels),
         notes=tuple(notes),
     )
 

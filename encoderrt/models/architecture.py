@@ -57,7 +57,8 @@ class Architecture:
         return canonical
 
     def expected_gelus(self, task: str, num_layers: int) -> int:
-        return num_layers + (self.head_gelus if task != "embed" else 0)
+        """Per layer one, plus the classification head's, or the MLM head's one (dense + GELU + LayerNorm) for sparse."""
+        return num_layers + {"embed": 0, "sparse": 1}.get(task, self.head_gelus)
 
     def position_offset(self, config: Mapping[str, Any]) -> int:
         """The position id of a sequence's first token."""

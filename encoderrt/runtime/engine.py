@@ -22,7 +22,7 @@ from encoderrt.runtime.chunking import chunk_rows, merge_chunks
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import Manifest, read_manifest
-from encoderrt.runtime.postprocess import ACTIVATIONS, check_dimensions, cosine_pairs, shape_embeddings, softmax
+from encoderrt.runtime.postprocess import ACTIVATIONS, check_dimensions, cosine_pairs, shape_embeddings, softmax, sparse_rows
 from encoderrt.runtime.prompts import default_prompt, resolve_prompt, with_prompt
 from encoderrt.runtime.requests import (
     Classification,
@@ -32,6 +32,7 @@ from encoderrt.runtime.requests import (
     RerankRequest,
     Request,
     ScoreRequest,
+    SparseEmbedRequest,
     TextOrTexts,
     Truncation,
     as_texts,
@@ -148,6 +149,10 @@ class Engine:
         return self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
                                      prompt=prompt)).value
 
+    def embed_sparse(self, texts: TextOrTexts, top_k: int | None = None, truncate: Truncation = True) -> list[list[tuple[int, float]]]:
+        """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first."""
+        return self.run(SparseEmbedRequest(as_texts(texts, "texts"), top_k, truncate)).value
+
     def score(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
         return self.run(ScoreRequest(text_1, text_2, truncate, activation)).value
 
@@ -225,6 +230,11 @@ class Engine:
             return self._plan_rerank(request)
         if isinstance(request, ClassifyRequest):
             return self._plan_classify(request)
+        if isinstance(request, SparseEmbedRequest):
+            self._require("embed_sparse", "sparse")
+            tokenizer, cut = self._tokenizer_for(request.truncate)
+            sparse_rows(np.zeros((0, 1)), request.top_k)  # a bad top_k fails before anything runs
+            return _Plan(tokenizer.encode(as_texts(request.texts, "texts"), cut), lambda out: sparse_rows(out, request.top_k))
         raise TypeError(f"not an engine request: {type(request).__name__}")
 
     def _tokenizer_for(self, truncate: Truncation) -> tuple[TextTokenizer, bool]:
@@ -238,7 +248,8 @@ class Engine:
 
     def _require(self, verb: str, *tasks: str) -> None:
         if self.manifest.task not in tasks:
-            hint = {"embed": "use embed", "score": "use score or rerank", "classify": "use classify"}[self.manifest.task]
+            hint = {"embed": "use embed", "score": "use score or rerank", "classify": "use classify",
+                    "sparse": "use embed_sparse"}[self.manifest.task]
             raise InvalidRequest(f"{verb} is not available for this {self.manifest.task} model ({self.info.name}); {hint}")
 
     def _plan_embed(self, request: EmbedRequest) -> _Plan:

@@ -16,14 +16,16 @@ from typing import Any, Literal
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
-Task = Literal["embed", "score", "classify"]
-Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
+Task = Literal["embed", "score", "classify", "sparse"]
+Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum"]
 Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
-TASKS: tuple[str, ...] = ("embed", "score", "classify")
+TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum")
+"""SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""
 ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity", "tanh", "relu")
 LAYOUTS: tuple[str, ...] = ("padded", "packed")
 
@@ -115,6 +117,8 @@ class Manifest:
             raise ManifestError(f"manifest task {self.task!r} is not one of {TASKS}")
         if self.task == "embed" and self.pooling not in POOLINGS:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
+        if self.task == "sparse" and self.pooling not in SPARSE_POOLINGS:
+            raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
         if self.activation not in ACTIVATIONS:
             raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
         if self.layout not in LAYOUTS:

@@ -57,3 +57,15 @@ def check_dimensions(dimensions: int | None, width: int) -> None:
 
 def cosine_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (l2_normalize(left) * l2_normalize(right)).sum(axis=-1)
+
+
+def sparse_rows(rows: np.ndarray, top_k: int | None) -> list[list[tuple[int, float]]]:
+    """Each [vocab] row as its (token id, weight) pairs above zero, heaviest first, the top_k of them if given."""
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise InvalidRequest(f"top_k must be a positive integer, got {top_k!r}")
+    result = []
+    for row in rows:
+        ids = np.flatnonzero(row > 0)
+        ids = ids[np.argsort(-row[ids], kind="stable")][:top_k]
+        result.append([(int(i), float(row[i])) for i in ids])
+    return result

@@ -34,6 +34,15 @@ class EmbedRequest:
 
 
 @dataclass(frozen=True)
+class SparseEmbedRequest:
+    """SPLADE-style sparse vectors: (token id, weight) pairs per text."""
+
+    texts: Sequence[str]
+    top_k: int | None = None
+    truncate: Truncation = True
+
+
+@dataclass(frozen=True)
 class ScoreRequest:
     text_1: TextOrTexts
     text_2: TextOrTexts
@@ -57,7 +66,7 @@ class ClassifyRequest:
     truncate: Truncation = True
 
 
-Request = EmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
+Request = EmbedRequest | SparseEmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
 
 
 @dataclass(frozen=True)

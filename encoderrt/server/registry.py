@@ -19,7 +19,8 @@ VERB_TASKS: dict[str, tuple[str, ...]] = {
     "score": ("score", "embed"),
     "rerank": ("score", "embed"),
     "classify": ("classify", "score"),
-    "tokenize": ("embed", "score", "classify"),
+    "embed_sparse": ("sparse",),
+    "tokenize": ("embed", "score", "classify", "sparse"),
 }
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest, as_texts
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest, as_texts
 from encoderrt.server import common
 
 router = APIRouter(tags=["TEI"])
@@ -23,6 +23,14 @@ class EmbedBody(BaseModel):
     dimensions: int | None = None
     prompt_name: str | None = None
     """One of the model's prompts, as TEI takes it; unset: the model's default prompt."""
+
+
+class EmbedSparseBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: str | list[str]
+    truncate: bool = False
+    top_k: int | None = None
+    """encoderrt extension: only the k heaviest tokens of each vector."""
 
 
 class PredictBody(BaseModel):
@@ -50,6 +58,18 @@ async def embed(body: EmbedBody, request: Request) -> Response:
     completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate,
                                                        prompt_name=body.prompt_name))
     return common.reply(completion.value, completion, started)
+
+
+@router.post("/embed_sparse")
+async def embed_sparse(body: EmbedSparseBody, request: Request) -> Response:
+    """TEI's sparse embeddings: per input, {"index": token id, "value": weight} for every weight above zero."""
+    started = time.perf_counter()
+    served = common.resolve(request, None, "embed_sparse")
+    texts = as_texts(body.inputs, "inputs")
+    common.check_items(request, texts, "inputs")
+    completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate))
+    vectors = [[{"index": index, "value": value} for index, value in row] for row in completion.value]
+    return common.reply(vectors, completion, started)
 
 
 def _predict_inputs(inputs: str | list[str] | list[list[str]]) -> tuple[list[tuple[str, ...]], bool]:

@@ -1,0 +1,61 @@
+"""SPLADE-style sparse embeddings from a SparseEncoder folder: the same non-zero tokens and weights as
+SparseEncoder.encode, on onnxruntime and OpenVINO, through the engine and TEI's /embed_sparse."""
+
+import httpx
+import numpy as np
+import pytest
+
+import tiny_models as tm
+from encoderrt import Engine
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.server import ServerSettings, create_app
+from server_helpers import ready_registry, running_server
+
+TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", " ".join(["rank score"] * 80)]
+
+
+def _reference(folder, texts):
+    from sentence_transformers import SparseEncoder
+
+    return SparseEncoder(str(folder), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
+
+
+@pytest.fixture(scope="module", params=["max", "sum"])
+def folder(request, tiny_dir):
+    return tm.sparse_encoder_folder(tiny_dir / f"splade-{request.param}", pooling_strategy=request.param)
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_sparse_vectors_match_sparse_encoder(folder, target, compile_artifact, tmp_path):
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    manifest = result.manifest
+    assert manifest.task == "sparse" and manifest.shape.output_dim == manifest.shape.vocab_size
+    assert manifest.parity["reference"] == "sentence-transformers SparseEncoder.encode"
+    reference = _reference(folder, TEXTS)
+    with Engine.load(result.path) as engine:
+        vectors = engine.embed_sparse(TEXTS)
+        top = engine.embed_sparse(TEXTS, top_k=3)
+    for row, expected, best in zip(vectors, reference, top):
+        ids = np.array([i for i, _ in row])
+        weights = np.array([w for _, w in row])
+        assert set(ids.tolist()) == set(np.flatnonzero(expected > 0).tolist())
+        np.testing.assert_allclose(weights, expected[ids], rtol=1e-4, atol=1e-6)
+        assert list(weights) == sorted(weights, reverse=True)  # heaviest first
+        assert best == row[:3]
+
+
+def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
+    result = compile_artifact(folder, tmp_path / "artifact")
+    with Engine.load(result.path) as engine:
+        with pytest.raises(InvalidRequest, match="embed is not available for this sparse model.*use embed_sparse"):
+            engine.embed(TEXTS)
+        with pytest.raises(InvalidRequest, match="top_k must be a positive integer"):
+            engine.embed_sparse(TEXTS, top_k=0)
+        expected = engine.embed_sparse(TEXTS[:2])
+        with running_server(create_app(ServerSettings(), ready_registry(splade=engine))) as url, \
+                httpx.Client(base_url=url, timeout=60) as http:  # the server closes the engine when it stops
+            sparse = http.post("/embed_sparse", json={"inputs": TEXTS[:2]})
+            openai = http.post("/v1/embeddings", json={"input": "x", "model": "splade"})
+    assert sparse.status_code == 200
+    assert [[(item["index"], item["value"]) for item in row] for row in sparse.json()] == expected
+    assert openai.status_code == 400 and "use embed_sparse" in openai.text
