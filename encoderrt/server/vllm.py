@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts, pair_texts
 from encoderrt.server import common
 from encoderrt.server.responses import JSONResponse
@@ -15,12 +16,33 @@ from encoderrt.server.responses import JSONResponse
 router = APIRouter(tags=["vLLM"])
 
 
+Texts = str | list[str] | None
+_PAIRINGS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
+"""The (first, second) field names vLLM's score endpoint accepts, each pairing 1:1, 1:N or N:N."""
+
+
 class ScoreBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    text_1: str | list[str]
-    text_2: str | list[str]
+    text_1: Texts = None
+    text_2: Texts = None
+    queries: Texts = None
+    documents: Texts = None
+    items: Texts = None
+    data_1: Texts = None
+    data_2: Texts = None
     truncate_prompt_tokens: int | None = None
+    use_activation: bool | None = None
+    """vLLM's switch for the model's score activation; false gives raw logits."""
+
+    def pairing(self) -> tuple[str, str]:
+        """The one pair of fields this body uses."""
+        given = [pair for pair in _PAIRINGS if getattr(self, pair[0]) is not None and getattr(self, pair[1]) is not None]
+        if len(given) != 1:
+            shapes = ", ".join(f"{a} + {b}" for a, b in _PAIRINGS)
+            found = ", ".join(f"{a} + {b}" for a, b in given) or "none"
+            raise InvalidRequest(f"a score request gives exactly one of {shapes}; this one gives {found}")
+        return given[0]
 
 
 class ClassifyBody(BaseModel):
@@ -45,9 +67,12 @@ def _usage(tokens: int) -> dict[str, int]:
 async def score(body: ScoreBody, request: Request) -> Response:
     started = time.perf_counter()
     served = common.resolve(request, body.model, "score")
-    firsts, _ = pair_texts(body.text_1, body.text_2)
-    common.check_items(request, firsts, "text_2" if isinstance(body.text_1, str) else "text_1")
-    completion = await served.engine.arun(ScoreRequest(body.text_1, body.text_2, common.truncation(body.truncate_prompt_tokens)))
+    first_field, second_field = body.pairing()
+    first, second = getattr(body, first_field), getattr(body, second_field)
+    firsts, _ = pair_texts(first, second)
+    common.check_items(request, firsts, second_field if isinstance(first, str) else first_field)
+    completion = await served.engine.arun(ScoreRequest(first, second, common.truncation(body.truncate_prompt_tokens),
+                                                       activation=body.use_activation is not False))
     data = [{"index": i, "object": "score", "score": value} for i, value in enumerate(completion.value)]
     payload = {"id": common.new_id("score"), "object": "list", "created": int(time.time()), "model": served.name,
                "data": data, "usage": _usage(completion.prompt_tokens)}

@@ -57,6 +57,36 @@ def test_vllm_score_shapes(client, engines):
     assert len(one["data"]) == 1
 
 
+@pytest.mark.parametrize(("first", "second"), [("queries", "documents"), ("queries", "items"), ("data_1", "data_2")])
+def test_vllm_score_accepts_every_body_shape(first, second, client, engines):
+    """vLLM's other score bodies pair the same way as text_1 / text_2 (1:N here, N:N below)."""
+    documents = ["the dog", "a fox", "café"]
+    one_to_many = client.post("/v1/score", json={"model": "reranker", first: "the fox", second: documents})
+    assert one_to_many.status_code == 200
+    assert [d["score"] for d in one_to_many.json()["data"]] == pytest.approx(
+        engines["reranker"].score("the fox", documents), abs=1e-6)
+    pairwise = client.post("/score", json={"model": "reranker", first: ["a", "b"], second: ["c", "d"]}).json()
+    assert [d["score"] for d in pairwise["data"]] == pytest.approx(engines["reranker"].score(["a", "b"], ["c", "d"]), abs=1e-6)
+
+
+def test_vllm_use_activation_false_gives_raw_logits(client, engines):
+    body = {"model": "reranker", "text_1": "the fox", "text_2": ["the dog", "a fox"]}
+    raw = client.post("/score", json={**body, "use_activation": False}).json()
+    activated = client.post("/score", json={**body, "use_activation": True}).json()
+    logits = engines["reranker"].score("the fox", ["the dog", "a fox"], activation=False)
+    assert [d["score"] for d in raw["data"]] == pytest.approx(logits, abs=1e-6)
+    assert [d["score"] for d in activated["data"]] == pytest.approx(1 / (1 + np.exp(-np.array(logits))), abs=1e-6)
+
+
+def test_vllm_score_body_without_one_pair_is_named(client):
+    missing = client.post("/score", json={"model": "reranker", "text_1": "a"})
+    both = client.post("/score", json={"model": "reranker", "text_1": "a", "text_2": "b", "queries": "a", "documents": "b"})
+    for response in (missing, both):
+        assert response.status_code == 400
+        assert "exactly one of text_1 + text_2, queries + documents, queries + items, data_1 + data_2" in response.text
+    assert "gives none" in missing.text and "gives text_1 + text_2, queries + documents" in both.text
+
+
 def test_score_without_model_prefers_the_cross_encoder(client, engines):
     body = client.post("/score", json={"text_1": "fox", "text_2": "dog"}).json()
     assert body["model"] == "reranker"
