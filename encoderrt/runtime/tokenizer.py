@@ -113,6 +113,9 @@ class TextTokenizer:
             self._check_lengths(pairs)
         return pairs
 
+    def decode(self, batch: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+        return self._plain.decode_batch([list(ids) for ids in batch], skip_special_tokens=skip_special_tokens)
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts with special tokens and without truncation."""
         return [len(e.ids) for e in self._plain.encode_batch(list(texts))]

@@ -1,0 +1,133 @@
+"""What huggingface_hub's `InferenceClient(base_url=<server>)` sends to a TEI server.
+
+The client posts every task to the base URL itself, so `POST /` dispatches as TEI's compatibility
+route does, by the body: `{"inputs": {"source_sentence", "sentences"}}` is sentence similarity,
+`{"inputs", "parameters"}` is text classification, anything else feature extraction. TEI's
+`/similarity`, `/decode` and `/info` complete the set.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.responses import Response
+
+from encoderrt import __version__
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.postprocess import ACTIVATIONS
+from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
+from encoderrt.server import common, tei
+from encoderrt.server.responses import JSONResponse
+
+router = APIRouter(tags=["TEI (huggingface_hub)"])
+
+
+class SimilarityInputs(BaseModel):
+    source_sentence: str
+    sentences: list[str]
+
+
+class SimilarityBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: SimilarityInputs
+    truncate: bool = False
+
+
+class ClassificationParameters(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
+    top_k: int | None = None
+
+
+class ClassificationBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    inputs: str | list[str]
+    parameters: ClassificationParameters = ClassificationParameters()
+    truncate: bool = False
+
+
+class DecodeBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    ids: list[int] | list[list[int]]
+    skip_special_tokens: bool = True
+
+
+@router.post("/similarity")
+async def similarity(body: SimilarityBody, request: Request) -> Response:
+    """Cosine similarity of the source sentence with each sentence, by the embedding model (as TEI)."""
+    started = time.perf_counter()
+    served = common.resolve(request, None, "embed")
+    common.check_items(request, body.inputs.sentences, "sentences")
+    completion = await served.engine.arun(ScoreRequest(body.inputs.source_sentence, body.inputs.sentences, body.truncate))
+    return common.reply(completion.value, completion, started)
+
+
+async def _classify(body: ClassificationBody, request: Request) -> Response:
+    started = time.perf_counter()
+    served = common.resolve(request, None, "classify")
+    texts = as_texts(body.inputs, "inputs")
+    common.check_items(request, texts, "inputs")
+    top_k = body.parameters.top_k
+    if top_k is not None and top_k < 1:
+        raise InvalidRequest(f"top_k must be a positive integer, got {top_k}")
+    completion = await served.engine.arun(ClassifyRequest(texts, body.truncate))
+    function = body.parameters.function_to_apply
+    labels = served.engine.info.labels
+    results = []
+    for result in completion.value:
+        logits = np.asarray(result.logits)
+        scores = result.probs if function is None else ACTIVATIONS["identity" if function == "none" else function](logits).tolist()
+        ranked = sorted(zip(scores, labels), key=lambda item: -item[0])[:top_k]
+        results.append([{"label": label, "score": score} for score, label in ranked])
+    return common.reply(results, completion, started)
+
+
+@router.post("/")
+async def compatible(body: dict[str, Any], request: Request) -> Response:
+    """TEI's route for clients that post every task to the server's root."""
+    inputs = body.get("inputs")
+    try:
+        if isinstance(inputs, dict):
+            return await similarity(SimilarityBody.model_validate(body), request)
+        if "parameters" in body:
+            return await _classify(ClassificationBody.model_validate(body), request)
+        return await tei.embed(tei.EmbedBody.model_validate(body), request)  # feature extraction is TEI's /embed
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise InvalidRequest(f"{where}: {first['msg']}") from None
+
+
+@router.post("/decode")
+async def decode(body: DecodeBody, request: Request) -> Response:
+    served = common.resolve(request, None, "tokenize")
+    batch = [body.ids] if body.ids and isinstance(body.ids[0], int) else body.ids
+    return JSONResponse(served.engine.decode(batch, body.skip_special_tokens))
+
+
+@router.get("/info")
+async def info(request: Request) -> Response:
+    """TEI's model description, for the one model a TEI server holds (the first served here)."""
+    models = common.models(request).models()
+    if not models:
+        raise InvalidRequest("no model is served")
+    served = models[0]
+    engine_info = served.engine.info
+    if engine_info.task == "embed":
+        model_type: dict[str, Any] = {"embedding": {"pooling": engine_info.pooling}}
+    else:
+        id2label = {str(i): label for i, label in enumerate(engine_info.labels)}
+        kind = "reranker" if engine_info.task == "score" else "classifier"
+        model_type = {kind: {"id2label": id2label, "label2id": {v: int(k) for k, v in id2label.items()}}}
+    settings = common.settings(request)
+    return JSONResponse({
+        "model_id": served.name, "model_sha": None, "model_dtype": engine_info.precision, "model_type": model_type,
+        "max_concurrent_requests": settings.engine.max_queue_items, "max_input_length": engine_info.max_length,
+        "max_batch_tokens": engine_info.max_batch_tokens, "max_batch_requests": None,
+        "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": True, "tokenization_workers": 1,
+        "version": __version__, "sha": None, "docker_label": None,
+    })
