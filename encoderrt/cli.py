@@ -143,7 +143,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     from encoderrt.server.settings import ServerSettings
 
     console = Console(stderr=True, highlight=False)
-    paths = args.models or [None]
+    # the bundled model by its name, unless a folder of that name is here
+    paths = [None if str(p) == BUNDLED_NAME and not p.exists() else p for p in args.models] or [None]
     names = args.served_model_name
     if len(names) > len(paths):
         console.print(f"[red]error:[/] {len(names)} --served-model-name values for {len(paths)} models")
@@ -152,9 +153,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     if len(prompts) > len(paths):
         console.print(f"[red]error:[/] {len(prompts)} --default-prompt-name values for {len(paths)} models")
         return 2
-    for path in args.models:
-        if not path.is_dir():
-            console.print(f"[red]error:[/] model folder not found: {path}")
+    for path in paths:
+        if path is not None and not path.is_dir():
+            problem = "model path is not a folder" if path.exists() else "model folder not found"
+            console.print(f"[red]error:[/] {problem}: {path}")
             return 2
     try:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,

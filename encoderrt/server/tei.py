@@ -17,6 +17,8 @@ router = APIRouter(tags=["TEI"])
 
 class EmbedBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str]
     normalize: bool = True
     truncate: bool = False
@@ -27,6 +29,8 @@ class EmbedBody(BaseModel):
 
 class EmbedSparseBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str]
     truncate: bool = False
     top_k: int | None = None
@@ -35,6 +39,8 @@ class EmbedSparseBody(BaseModel):
 
 class PredictBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str] | list[list[str]]
     raw_scores: bool = False
     truncate: bool = False
@@ -42,6 +48,8 @@ class PredictBody(BaseModel):
 
 class TEIRerankBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    """Which served model answers; TEI serves one, so it is optional here."""
     query: str
     texts: list[str]
     raw_scores: bool = False
@@ -52,7 +60,7 @@ class TEIRerankBody(BaseModel):
 @router.post("/embed")
 async def embed(body: EmbedBody, request: Request) -> Response:
     started = time.perf_counter()
-    served = common.resolve(request, None, "embed")
+    served = common.resolve(request, body.model, "embed")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
     completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate,
@@ -64,7 +72,7 @@ async def embed(body: EmbedBody, request: Request) -> Response:
 async def embed_sparse(body: EmbedSparseBody, request: Request) -> Response:
     """TEI's sparse embeddings: per input, {"index": token id, "value": weight} for every weight above zero."""
     started = time.perf_counter()
-    served = common.resolve(request, None, "embed_sparse")
+    served = common.resolve(request, body.model, "embed_sparse")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
     completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate))
@@ -90,7 +98,7 @@ def _predict_inputs(inputs: str | list[str] | list[list[str]]) -> tuple[list[tup
 @router.post("/predict")
 async def predict(body: PredictBody, request: Request) -> Response:
     started = time.perf_counter()
-    served = common.resolve(request, None, "classify")
+    served = common.resolve(request, body.model, "classify")
     sequences, batched = _predict_inputs(body.inputs)
     common.check_items(request, sequences, "inputs")
     info = served.engine.info
@@ -113,7 +121,7 @@ async def predict(body: PredictBody, request: Request) -> Response:
 
 async def rerank_tei(body: TEIRerankBody, request: Request) -> Response:
     started = time.perf_counter()
-    served = common.resolve(request, None, "rerank")
+    served = common.resolve(request, body.model, "rerank")
     common.check_items(request, body.texts, "texts")
     completion = await served.engine.arun(
         RerankRequest(body.query, body.texts, None, body.truncate, activation=not body.raw_scores))

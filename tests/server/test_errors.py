@@ -39,7 +39,7 @@ def assert_error(response, status, *fragments):
         ("/rerank", {"model": "reranker", "query": "q", "documents": ["a"], "top_n": 0}, ["top_n must be a positive integer"]),
         ("/rerank", {"model": "reranker", "query": "q", "documents": []}, ["documents must not be empty"]),
         ("/v1/rerank", {"model": "reranker", "query": 5, "documents": ["a"]}, ["query"]),
-        ("/v1/embeddings", {"model": "reranker", "input": "x"}, ["embed is not available for this score model"]),
+        ("/v1/embeddings", {"model": "reranker", "input": "x"}, ["model 'reranker' is a score model and cannot answer embed"]),
         ("/score", {"model": "reranker", "text_1": "a", "text_2": "b", "truncate_prompt_tokens": 100000}, ["truncation length"]),
     ],
 )

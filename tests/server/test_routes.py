@@ -211,3 +211,16 @@ def test_concurrent_clients_get_their_own_results(url, engines):
         assert response.status_code == 200
         got = np.array([d["embedding"] for d in response.json()["data"]])
         np.testing.assert_allclose(got, engines["minilm"].embed(texts), atol=1e-5)
+
+
+@pytest.mark.parametrize(("path", "body", "task", "verb"), [
+    ("/embed", {"model": "reranker", "inputs": ["x"]}, "score", "embed"),
+    ("/v1/embeddings", {"model": "classifier", "input": ["x"]}, "classify", "embed"),
+    ("/rerank", {"model": "classifier", "query": "q", "documents": ["a"]}, "classify", "rerank"),
+    ("/predict", {"model": "minilm", "inputs": "x"}, "embed", "classify"),
+    ("/score", {"model": "classifier", "text_1": "a", "text_2": "b"}, "classify", "score"),
+])
+def test_a_named_model_of_the_wrong_task_is_refused_on_every_dialect(path, body, task, verb, client):
+    response = client.post(path, json=body)
+    assert response.status_code == 400
+    assert f"is a {task} model and cannot answer {verb}" in response.json()["error"]["message"]

@@ -70,12 +70,14 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
         if process.poll() is None:
             process.kill()
 
-    again, url = _start(["--max-batch-tokens", "512"], env)  # reuses the cached artifact: no compile
+    # named as a model, the bundled one is the same: it reuses the cached artifact, no compile
+    again, url = _start(["all-MiniLM-L6-v2", "--max-batch-tokens", "512"], env)
     try:
         start = time.monotonic()
         _wait_healthy(again, url, timeout=60)
         assert time.monotonic() - start < 20
         assert len(list((tmp_path / "cache").iterdir())) == 1
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["all-MiniLM-L6-v2"]
     finally:
         again.send_signal(signal.SIGTERM)
         assert again.wait(30) == 0
@@ -106,3 +108,10 @@ def test_serve_refuses_more_default_prompt_names_than_models(minilm_fp32):
                              "--default-prompt-name", "query", "--default-prompt-name", "passage"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "2 --default-prompt-name values for 1 models" in result.stderr
+
+
+def test_serve_refuses_a_file_as_a_model(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"not a model")
+    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(tmp_path / "model.bin")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "model path is not a folder" in result.stderr
