@@ -64,9 +64,10 @@ class ModelRegistry:
             served = self._models.get(name)
             if served is None:
                 raise UnknownModel(f"model '{name}' is not served here; served models: {', '.join(self._models)}")
-            if served.engine.info.task not in VERB_TASKS[verb]:
-                raise InvalidRequest(f"model '{name}' is a {served.engine.info.task} model and cannot answer {verb}; "
-                                     f"{verb} needs a model of task {' or '.join(VERB_TASKS[verb])}")
+            task = served.engine.info.task
+            if task not in VERB_TASKS[verb]:
+                answers = ", ".join(v for v, tasks in VERB_TASKS.items() if task in tasks)
+                raise InvalidRequest(f"model '{name}' is a {task} model and cannot answer {verb} (it answers {answers})")
             return served
         for task in VERB_TASKS[verb]:
             candidates = [m for m in self._models.values() if m.engine.info.task == task]

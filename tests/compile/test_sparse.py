@@ -58,4 +58,4 @@ def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
             openai = http.post("/v1/embeddings", json={"input": "x", "model": "splade"})
     assert sparse.status_code == 200
     assert [[(item["index"], item["value"]) for item in row] for row in sparse.json()] == expected
-    assert openai.status_code == 400 and "use embed_sparse" in openai.text
+    assert openai.status_code == 400 and "sparse model and cannot answer embed (it answers embed_sparse" in openai.text
