@@ -49,7 +49,7 @@ class Build:
             max_length=source.max_length,
             pad_token_id=_save_tokenizer(source, folder),
             inputs=source.architecture.input_names,
-            outputs=("embeddings" if source.task in ("embed", "sparse") else "logits",),
+            outputs=(source.output_name,),
             precision=self.options.precision,
             target=self.options.target,
             model_file="model.onnx",

@@ -106,7 +106,7 @@ class ClassifierLogits(torch.nn.Module):
 
 
 def output_name(source: SourceModel) -> str:
-    return "embeddings" if source.task in ("embed", "sparse") else "logits"
+    return source.output_name
 
 
 def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:

@@ -73,8 +73,13 @@ LOSSLESS: dict[str, Tolerance] = {
 """The tier `--precision auto` demands: close enough that no ranking a user sees changes in practice."""
 
 
+def _kind(task: str) -> str:
+    """Vectors (dense or sparse) compare by cosine, scores by their values and ranks."""
+    return "embed" if task in ("embed", "sparse") else "logits"
+
+
 def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
-    kind = "embed" if task in ("embed", "sparse") else "logits"
+    kind = _kind(task)
     return TARGET_TOLERANCES.get((target, kind, precision)) or TOLERANCES[(kind, precision)]
 
 
@@ -192,7 +197,7 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
 
     `figures["lossless"]` says whether the figures also meet the LOSSLESS tier.
     """
-    kind = "embed" if task in ("embed", "sparse") else "logits"
+    kind = _kind(task)
     tolerance = tolerance_for(task, precision, target)
     figures: dict[str, Any] = {"probes": int(reference.shape[0]),
                                "non_finite": int(sum((~np.isfinite(c)).sum() for c in candidates))}

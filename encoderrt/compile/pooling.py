@@ -7,9 +7,12 @@ exporter keeps (masked sums, a masked max, a gather), so pooling stays one small
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from encoderrt.runtime.manifest import POOLINGS
+
+if TYPE_CHECKING:
+    import torch
 
 LEGACY_FLAGS = {
     "pooling_mode_cls_token": "cls",
@@ -25,6 +28,8 @@ assert set(LEGACY_FLAGS.values()) == set(POOLINGS)
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     """[B, S, H] token states and the [B, S] mask to [B, H] by `mode`."""
+    import torch
+
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     if mode == "cls":
         return hidden[:, 0]

@@ -60,6 +60,10 @@ class SourceModel:
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
     @property
+    def output_name(self) -> str:
+        return "embeddings" if self.task in ("embed", "sparse") else "logits"
+
+    @property
     def num_layers(self) -> int:
         return int(self.config["num_hidden_layers"])
 

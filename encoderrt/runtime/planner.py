@@ -15,7 +15,7 @@ import numpy as np
 from encoderrt.runtime.chunking import chunk_rows, merge_chunks
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.postprocess import ACTIVATIONS, check_dimensions, cosine_pairs, shape_embeddings, softmax, sparse_rows
+from encoderrt.runtime.postprocess import ACTIVATIONS, check_count, check_dimensions, cosine_pairs, shape_embeddings, softmax, sparse_rows
 from encoderrt.runtime.prompts import resolve_prompt, with_prompt
 from encoderrt.runtime.requests import (
     Classification,
@@ -61,7 +61,7 @@ class Planner:
         if isinstance(request, SparseEmbedRequest):
             self._require("embed_sparse", "sparse")
             tokenizer, cut = self.tokenizer_for(request.truncate)
-            sparse_rows(np.zeros((0, 1)), request.top_k)  # a bad top_k fails before anything runs
+            check_count("top_k", request.top_k)
             return Plan(tokenizer.encode(as_texts(request.texts, "texts"), cut), lambda out: sparse_rows(out, request.top_k))
         raise TypeError(f"not an engine request: {type(request).__name__}")
 
@@ -123,8 +123,7 @@ class Planner:
         if documents is None:
             raise InvalidRequest("documents must be a list of strings")
         top_n = request.top_n
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
-            raise InvalidRequest(f"top_n must be a positive integer, got {top_n!r}")
+        check_count("top_n", top_n)
         plan = self._plan_score([request.query] * len(documents), documents, request.truncate, request.activation)
 
         def ranked(outputs: np.ndarray) -> list[tuple[int, float]]:

@@ -59,10 +59,14 @@ def cosine_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (l2_normalize(left) * l2_normalize(right)).sum(axis=-1)
 
 
+def check_count(name: str, value: int | None) -> None:
+    """top_n / top_k: unset, or a positive integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidRequest(f"{name} must be a positive integer, got {value!r}")
+
+
 def sparse_rows(rows: np.ndarray, top_k: int | None) -> list[list[tuple[int, float]]]:
     """Each [vocab] row as its (token id, weight) pairs above zero, heaviest first, the top_k of them if given."""
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise InvalidRequest(f"top_k must be a positive integer, got {top_k!r}")
     result = []
     for row in rows:
         ids = np.flatnonzero(row > 0)

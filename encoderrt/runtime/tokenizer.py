@@ -41,6 +41,12 @@ def _tokens(encoding: Encoding) -> Tokens:
     return Tokens(encoding.ids, encoding.type_ids)
 
 
+def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
+            raise InvalidRequest(f"token ids of input {index} must be integers from 0 to {vocab_size - 1}; got {token!r}")
+
+
 class TextTokenizer:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str]):
         path = Path(tokenizer_file)
@@ -67,9 +73,7 @@ class TextTokenizer:
         rows = []
         for index, ids in enumerate(token_ids):
             ids = list(ids)
-            for token in ids:
-                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-                    raise InvalidRequest(f"token ids of input {index} must be integers from 0 to {vocab_size - 1}; got {token!r}")
+            check_token_ids(index, ids, vocab_size)
             if not ids:
                 raise InvalidRequest(f"input {index} has no token ids")
             if len(ids) > self.max_length:
@@ -113,7 +117,9 @@ class TextTokenizer:
             self._check_lengths(pairs)
         return pairs
 
-    def decode(self, batch: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+    def decode(self, batch: Sequence[Sequence[int]], vocab_size: int, skip_special_tokens: bool = True) -> list[str]:
+        for index, ids in enumerate(batch):
+            check_token_ids(index, ids, vocab_size)
         return self._plain.decode_batch([list(ids) for ids in batch], skip_special_tokens=skip_special_tokens)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from encoderrt import __version__
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.postprocess import ACTIVATIONS
+from encoderrt.runtime.postprocess import ACTIVATIONS, check_count
 from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
 from encoderrt.server import common, tei
 from encoderrt.server.responses import JSONResponse
@@ -72,8 +72,7 @@ async def _classify(body: ClassificationBody, request: Request) -> Response:
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
     top_k = body.parameters.top_k
-    if top_k is not None and top_k < 1:
-        raise InvalidRequest(f"top_k must be a positive integer, got {top_k}")
+    check_count("top_k", top_k)
     completion = await served.engine.arun(ClassifyRequest(texts, body.truncate))
     function = body.parameters.function_to_apply
     labels = served.engine.info.labels
