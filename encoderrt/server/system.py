@@ -31,10 +31,12 @@ async def metrics(request: Request) -> Response:
 
 
 def mount_docs(app: FastAPI) -> None:
-    """Swagger UI from the swagger-ui-bundle package's files: these machines are offline."""
-    import swagger_ui_bundle
+    """Swagger UI 5 from the fastapi-offline package's files: these machines are offline, and FastAPI writes
+    OpenAPI 3.1, which Swagger UI 4 (swagger-ui-bundle's) cannot render."""
+    import fastapi_offline
 
-    app.mount(DOCS_ASSETS, StaticFiles(directory=Path(swagger_ui_bundle.swagger_ui_path)), name="docs-assets")
+    assets = Path(fastapi_offline.__file__).parent / "static"
+    app.mount(DOCS_ASSETS, StaticFiles(directory=assets), name="docs-assets")
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
@@ -43,5 +45,5 @@ def mount_docs(app: FastAPI) -> None:
             title="encoderrt API",
             swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
         )
