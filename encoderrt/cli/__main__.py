@@ -1,0 +1,5 @@
+import sys
+
+from encoderrt.cli import main
+
+sys.exit(main())

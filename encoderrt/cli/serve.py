@@ -1,0 +1,65 @@
+"""`encoderrt serve`: artifact or model folders over HTTP in every dialect."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from encoderrt.cli import common
+from encoderrt.compile.cache import BUNDLED_NAME
+
+HELP = "serve models over HTTP (OpenAI, vLLM, Cohere/Jina, TEI APIs)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("models", nargs="*", type=Path, metavar="MODEL",
+                        help="artifact or model folders (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", action="append", default=[], metavar="NAME",
+                        help="name of each MODEL in requests' `model` field, in order (repeat per model)")
+    parser.add_argument("--default-prompt-name", action="append", default=[], metavar="NAME",
+                        help="prompt each MODEL applies by default, in order (repeat per model; '' for none)")
+    parser.add_argument("--long-inputs", choices=["truncate", "chunk"], default="truncate",
+                        help="embedding inputs past the model's limit: cut (default) or embed in chunks and average")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API route")
+    parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N", help="token budget (default: calibrated)")
+    parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
+    parser.add_argument("--max-client-batch-size", type=int, default=512, metavar="N", help="most items per request")
+    parser.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N")
+
+
+def run(args: argparse.Namespace) -> int:
+    from encoderrt.runtime.config import EngineConfig
+    from encoderrt.server.loading import ModelSpec
+    from encoderrt.server.runner import run_server
+    from encoderrt.server.settings import ServerSettings
+
+    console = common.console()
+    # the bundled model by its name, unless a folder of that name is here
+    paths = [None if str(p) == BUNDLED_NAME and not p.exists() else p for p in args.models] or [None]
+    names = args.served_model_name
+    if len(names) > len(paths):
+        console.print(f"[red]error:[/] {len(names)} --served-model-name values for {len(paths)} models")
+        return 2
+    prompts = args.default_prompt_name
+    if len(prompts) > len(paths):
+        console.print(f"[red]error:[/] {len(prompts)} --default-prompt-name values for {len(paths)} models")
+        return 2
+    for path in paths:
+        if path is not None and not path.is_dir():
+            problem = "model path is not a folder" if path.exists() else "model folder not found"
+            console.print(f"[red]error:[/] {problem}: {path}")
+            return 2
+    try:
+        engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
+                              long_inputs=args.long_inputs)
+        settings = ServerSettings(host=args.host, port=args.port, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
+                                  max_client_batch_size=args.max_client_batch_size, engine=engine)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    common.offline_and_quiet()
+    specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
+             for i, path in enumerate(paths)]
+    return run_server(settings, specs)
