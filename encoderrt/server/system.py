@@ -21,7 +21,8 @@ async def health(request: Request) -> Response:
     registry = common.models(request)
     if registry.ready:
         return JSONResponse({"status": "ok", "models": [m.name for m in registry.models()]})
-    body = {"status": registry.status, **({"error": registry.failure} if registry.failure else {})}
+    body = {"status": registry.status, "steps": dict(registry.steps),
+            **({"error": registry.failure} if registry.failure else {})}
     return JSONResponse(body, status_code=503)
 
 

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,18 +25,20 @@ def _start(args, env):
     return process, f"http://127.0.0.1:{port}"
 
 
-def _wait_healthy(process, url, timeout=180):
+def _wait_healthy(process, url, timeout=180, bodies=None):
     statuses = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, process.stdout.read()
         try:
-            status = httpx.get(f"{url}/health", timeout=2).status_code
+            status = httpx.get(f"{url}/health", timeout=2)
         except httpx.TransportError:
             time.sleep(0.05)
             continue
-        statuses.append(status)
-        if status == 200:
+        statuses.append(status.status_code)
+        if bodies is not None:
+            bodies.append(status.json())
+        if status.status_code == 200:
             return statuses
         time.sleep(0.1)
     raise AssertionError("server never became healthy")
@@ -45,10 +48,13 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
     env = {**os.environ, "ENCODERRT_CACHE": str(tmp_path / "cache")}
     process, url = _start(["--max-batch-tokens", "512"], env)
     try:
-        statuses = _wait_healthy(process, url)
-        assert 503 in statuses  # /health answered while the model compiled
+        bodies = []
+        statuses = _wait_healthy(process, url, bodies=bodies)
+        assert 503 in statuses  # /health answered while the model compiled, naming the model's step
+        steps = {b["steps"]["all-MiniLM-L6-v2"] for b in bodies if b["status"] == "loading"}
+        assert {"compiling: export", "compiling: verify"} <= steps
         (artifact,) = (tmp_path / "cache").iterdir()
-        assert artifact.name.startswith("all-MiniLM-L6-v2-")
+        assert read_manifest(artifact).source["name"] == "all-MiniLM-L6-v2"
         texts = workloads.passages(150)
         with Engine.load(artifact, max_batch_tokens=512) as engine:
             expected = engine.embed(texts[:3])
@@ -66,18 +72,20 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
                 np.testing.assert_allclose(got, expected, atol=1e-5)
             assert response.json()["model"] == "all-MiniLM-L6-v2"
         assert process.wait(60) == 0
+        log = process.stdout.read()
+        assert "all-MiniLM-L6-v2: ✓ export" in log and "all-MiniLM-L6-v2: ✓ verify" in log  # compile-model's steps
     finally:
         if process.poll() is None:
             process.kill()
 
-    # named as a model, the bundled one is the same: it reuses the cached artifact, no compile
-    again, url = _start(["all-MiniLM-L6-v2", "--max-batch-tokens", "512"], env)
+    # named as a model and served under another name, the bundled one is the same content: the cached artifact
+    again, url = _start(["all-MiniLM-L6-v2", "--served-model-name", "minilm", "--max-batch-tokens", "512"], env)
     try:
         start = time.monotonic()
         _wait_healthy(again, url, timeout=60)
         assert time.monotonic() - start < 20
-        assert len(list((tmp_path / "cache").iterdir())) == 1
-        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["all-MiniLM-L6-v2"]
+        assert list((tmp_path / "cache").iterdir()) == [artifact]
+        assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["minilm"]
     finally:
         again.send_signal(signal.SIGTERM)
         assert again.wait(30) == 0
@@ -97,10 +105,67 @@ def test_serve_names_several_models(minilm_fp32, tiny_artifacts):
         assert process.wait(30) == 0
 
 
+def test_ctrl_c_during_the_first_compile_is_one_line_and_leaves_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    process, url = _start([], {**os.environ, "ENCODERRT_CACHE": str(cache)})
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # interrupt once the compile is under way
+            assert time.monotonic() < deadline and process.poll() is None
+            try:
+                if httpx.get(f"{url}/health", timeout=2).json().get("steps", {}).get("all-MiniLM-L6-v2", "").startswith("compiling"):
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(150) == 130
+        output = process.stdout.read()
+        assert "Traceback" not in output and "KeyboardInterrupt" not in output
+        assert "model loading stopped while all-MiniLM-L6-v2 was at: compiling" in output
+        assert list(cache.iterdir()) == []  # no artifact, no .partial folder
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def _serve_refusal(*args, timeout=60):
+    """serve's exit code and stderr for arguments it must refuse before compiling or binding."""
+    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", *args], capture_output=True, text=True,
+                            timeout=timeout)
+    assert "Uvicorn running" not in result.stderr + result.stdout and "compiling" not in result.stderr
+    return result.returncode, result.stderr
+
+
 def test_serve_refuses_a_missing_folder(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(tmp_path / "nope")],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and "model folder not found" in result.stderr
+    code, stderr = _serve_refusal(str(tmp_path / "nope"))
+    assert code == 2 and "model folder not found" in stderr
+
+
+def test_serve_refuses_a_folder_that_is_no_model(tmp_path):
+    (tmp_path / "notes").mkdir()
+    code, stderr = _serve_refusal(str(tmp_path / "notes"))
+    assert code == 2 and "is not a model folder (no config.json)" in stderr
+
+
+def test_serve_refuses_two_models_under_one_name_before_compiling(tiny_models, tmp_path):
+    env_cache = tmp_path / "cache"
+    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(tiny_models["st-cls"]),
+                             str(tiny_models["bert-cross-encoder"]), "--served-model-name", "m", "--served-model-name", "m"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "ENCODERRT_CACHE": str(env_cache)})
+    assert result.returncode == 2 and "two models would be served as 'm'" in result.stderr
+    assert not env_cache.exists()  # nothing compiled
+    code, stderr = _serve_refusal(str(tiny_models["st-cls"]), str(tiny_models["st-cls"]))
+    assert code == 2 and "two models would be served as 'st-cls'" in stderr
+
+
+def test_serve_refuses_a_taken_port(minilm_fp32):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, stderr = _serve_refusal(str(minilm_fp32.path), "--port", str(port))
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in stderr
 
 
 def test_serve_refuses_more_default_prompt_names_than_models(minilm_fp32):

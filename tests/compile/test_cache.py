@@ -1,0 +1,69 @@
+"""The compile cache: keyed by content (never a name), listed and cleared by `encoderrt cache`."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from encoderrt.cli import main
+from encoderrt.compile.cache import artifact_for, content_key
+from encoderrt.runtime.manifest import read_manifest
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("ENCODERRT_CACHE", str(root))
+    return root
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _bytes(folder) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+
+
+def test_same_content_under_another_name_is_one_artifact(cache, tiny_models, tmp_path):
+    renamed = shutil.copytree(tiny_models["st-cls"], tmp_path / "my-embedder")
+    first, name = artifact_for(tiny_models["st-cls"])
+    again, renamed_name = artifact_for(renamed)
+    assert again == first and first.parent == cache and first.name == content_key(renamed)
+    assert (name, renamed_name) == ("st-cls", "my-embedder")
+    assert read_manifest(first).source["name"] == "st-cls"
+    (renamed / "config.json").write_text((renamed / "config.json").read_text().replace("}", ', "note": 1}', 1))
+    assert content_key(renamed) != first.name  # a changed config is another model
+
+
+def test_cache_list_and_clear(cache, tiny_models, capsys):
+    embedder, _ = artifact_for(tiny_models["st-cls"])
+    reranker, _ = artifact_for(tiny_models["bert-cross-encoder"])
+    dead = cache / f".{embedder.name}.partial-{_dead_pid()}-x1"
+    live = cache / f".{embedder.name}.partial-{os.getpid()}-x2"  # a compile under way in a live process
+    for leftover in (dead, live):
+        leftover.mkdir()
+        (leftover / "model.onnx").write_bytes(b"0" * 1000)
+
+    assert main(["cache", "list"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0] == f"cache {cache}: 2 artifacts, {(_bytes(embedder) + _bytes(reranker)) / 1e6:.1f} MB"
+    rows = {line.split()[0]: line.split() for line in listing[1:]}
+    assert rows[embedder.name][1] == "st-cls" and rows[reranker.name][1] == "bert-ce"
+    assert "score," in rows[reranker.name] and "embed," in rows[embedder.name]
+
+    assert main(["cache", "clear", "no-such-model"]) == 2
+    assert "not in the cache: no-such-model" in capsys.readouterr().err
+    reranker_bytes = _bytes(reranker)
+    assert main(["cache", "clear", "bert-ce"]) == 0
+    assert capsys.readouterr().out.strip() == f"removed 1 artifacts, {reranker_bytes / 1e6:.1f} MB reclaimed"
+    assert not reranker.exists() and embedder.exists() and dead.exists()
+
+    expected = _bytes(embedder) + 1000
+    assert main(["cache", "clear"]) == 0
+    assert capsys.readouterr().out.strip() == f"removed 1 artifacts, {expected / 1e6:.1f} MB reclaimed"
+    assert sorted(p.name for p in cache.iterdir()) == [live.name]  # the live compile's folder is left alone
