@@ -30,6 +30,7 @@ from encoderrt.compile.build import Build
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.optimize import check_fusion
 from encoderrt.compile.source import SourceModel
+from encoderrt.runtime import texts
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -100,10 +101,8 @@ def calibration_batches(tokenizer: TextTokenizer, task: str) -> list[dict[str, n
     batches = qdq.calibration_batches(tokenizer, task)
     if task == "score":
         return batches
-    words = " ".join(qdq.CALIBRATION_PASSAGES).split()
-    longs = [" ".join(words[start : start + n]) for n in (40, 90, 180, 400) for start in (0, 37, 81)]
-    shorts = ["a", "the", "ok", "yes please", "thanks", "x y"]
-    return batches + [tokenizer.pad(tokenizer.encode(texts)) for texts in (shorts, longs[:6], longs[6:])]
+    longs = texts.word_windows()
+    return batches + [tokenizer.pad(tokenizer.encode(list(rows))) for rows in (texts.SHORT_TEXTS, longs[:6], longs[6:])]
 
 
 def build(build: Build, folder: Path) -> Manifest:

@@ -22,6 +22,7 @@ from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.planner import Plan, Planner
 from encoderrt.runtime.prompts import default_prompt
+from encoderrt.runtime.quantization import EmbeddingQuantizer, Precision
 from encoderrt.runtime.requests import (
     Classification,
     ClassifyRequest,
@@ -105,6 +106,8 @@ class Engine:
         name = str(manifest.source.get("name") or artifact_dir.name)
         self._planner = Planner(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
                                 config.long_inputs == "chunk")
+        self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
+        """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""
         self.info = EngineInfo(
             name=name,
             task=manifest.task,
@@ -134,10 +137,12 @@ class Engine:
     # -- public verbs -------------------------------------------------------------------------
 
     def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: Truncation = True,
-              prompt_name: str | None = None, prompt: str | None = None) -> np.ndarray:
-        """As SentenceTransformer.encode: the model's default prompt applies unless prompt_name or prompt says otherwise."""
-        return self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
-                                     prompt=prompt)).value
+              prompt_name: str | None = None, prompt: str | None = None, precision: Precision = "float32") -> np.ndarray:
+        """As SentenceTransformer.encode: the model's default prompt applies unless prompt_name or prompt says otherwise;
+        precision int8 / uint8 / binary / ubinary quantises as runtime/quantization.py says."""
+        vectors = self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
+                                        prompt=prompt)).value
+        return vectors if precision == "float32" else self.quantizer.quantize(vectors, precision, normalize, dimensions)
 
     def embed_sparse(self, texts: TextOrTexts, top_k: int | None = None, truncate: Truncation = True) -> list[list[tuple[int, float]]]:
         """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first."""

@@ -92,12 +92,16 @@ class Planner:
             if request.prompt_name is not None or request.prompt:
                 raise InvalidRequest("a prompt applies to texts, not to token ids")
             rows = tokenizer.from_ids(request.token_ids, self.manifest.shape.vocab_size, cut)
-        elif self._chunk_long_inputs and isinstance(request.truncate, bool):  # a per-request length still cuts
+        elif request.truncation_side not in ("right", "left"):
+            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {request.truncation_side!r}")
+        elif self._chunk_long_inputs and isinstance(request.truncate, bool) and request.truncation_side == "right":
+            # a per-request length, or an explicit cut at the start, still cuts
             rows, counts = chunk_rows(self._tokenizer, with_prompt(as_texts(request.texts, "texts"), prefix))
             return Plan(rows, lambda outputs: shape_embeddings(merge_chunks(outputs, rows, counts), normalize,
                                                                 request.dimensions))
         else:
-            rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut)
+            rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut,
+                                    side=request.truncation_side)
         return Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
 
     def _plan_score(self, firsts: list[str], seconds: list[str], truncate: Truncation, activation: bool) -> Plan:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.stats import Timings
@@ -31,6 +31,8 @@ class EmbedRequest:
     """One of the model's prompts; None: its default prompt, if it has one."""
     prompt: str | None = None
     """A prompt given verbatim, over prompt_name; "" turns the default prompt off."""
+    truncation_side: Literal["right", "left"] = "right"
+    """Which end truncation cuts: "left" keeps a text's end (a prompt at its start is cut first, as TEI does)."""
 
 
 @dataclass(frozen=True)

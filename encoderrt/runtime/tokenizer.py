@@ -57,6 +57,8 @@ class TextTokenizer:
         self._plain = _load(path)
         self._truncating = _load(path)
         self._truncating.enable_truncation(max_length, strategy="longest_first")
+        self._truncating_left = _load(path)  # keeps a text's end (Cohere's truncate=START, TEI's Left)
+        self._truncating_left.enable_truncation(max_length, strategy="longest_first", direction="left")
         self._cut_second = _load(path)
         self._cut_second.enable_truncation(max_length, strategy="only_second")
         self._pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
@@ -83,10 +85,13 @@ class TextTokenizer:
             rows.append(Tokens(ids, [0] * len(ids)))
         return rows
 
-    def encode(self, texts: Sequence[str], truncate: bool = True, check_length: bool = True) -> list[Tokens]:
-        """Without truncation an over-long text is InputTooLong, unless check_length is off (tokenize endpoints)."""
+    def encode(self, texts: Sequence[str], truncate: bool = True, check_length: bool = True,
+               side: str = "right") -> list[Tokens]:
+        """Without truncation an over-long text is InputTooLong, unless check_length is off (tokenize endpoints);
+        truncation cuts the end (side "right") or the start ("left") of the text, special tokens kept."""
         if truncate:
-            return [_tokens(e) for e in self._truncating.encode_batch(list(texts))]
+            cutter = self._truncating_left if side == "left" else self._truncating
+            return [_tokens(e) for e in cutter.encode_batch(list(texts))]
         encodings = [_tokens(e) for e in self._plain.encode_batch(list(texts))]
         if check_length:
             self._check_lengths(encodings)

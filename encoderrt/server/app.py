@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from encoderrt import __version__
-from encoderrt.server import hf_hub, openai, rerank, system, tei, vllm
+from encoderrt.server import cohere, hf_hub, openai, rerank, system, tei, vllm
 from encoderrt.server.errors import install_error_handlers
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ServerMiddleware
@@ -63,7 +63,7 @@ def create_app(
     app.state.models = models
     app.state.settings = settings
     app.state.metrics = Metrics(models)
-    for dialect in (openai, vllm, rerank, tei, hf_hub, system):
+    for dialect in (openai, vllm, rerank, cohere, tei, hf_hub, system):
         app.include_router(dialect.router)
     system.mount_docs(app)
     install_error_handlers(app)

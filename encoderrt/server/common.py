@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from fastapi import Request
 from starlette.responses import Response
 
@@ -39,6 +41,21 @@ def check_items(request: Request, items: Sequence[Any], field: str) -> None:
         raise PayloadTooLarge(f"{field} has {len(items)} items, above this server's limit of {limit} (--max-client-batch-size)")
 
 
+TextOrTokenInput = str | list[str] | list[int] | list[list[int]]
+"""OpenAI's `input`: a text, texts, one token-id list or several."""
+
+
+def texts_or_token_ids(request: Request, value: TextOrTokenInput, field: str) -> tuple[list[str], list[list[int]] | None]:
+    """OpenAI's input forms as (texts, None) or ([], token ids), with the item count checked."""
+    items = [value] if isinstance(value, str) else value
+    check_items(request, items, field)
+    if isinstance(items[0], int):
+        return [], [items]  # type: ignore[list-item]
+    if isinstance(items[0], list):
+        return [], items  # type: ignore[return-value]
+    return items, None  # type: ignore[return-value]
+
+
 def truncation(truncate_prompt_tokens: int | None) -> Truncation:
     """vLLM's truncate_prompt_tokens: unset or -1 means the model's limit, k cuts at k tokens."""
     if truncate_prompt_tokens is None or truncate_prompt_tokens == -1:
@@ -46,6 +63,16 @@ def truncation(truncate_prompt_tokens: int | None) -> Truncation:
     if truncate_prompt_tokens < 1:
         raise InvalidRequest(f"truncate_prompt_tokens must be -1 or a positive number of tokens, got {truncate_prompt_tokens}")
     return truncate_prompt_tokens
+
+
+def float32_base64(vector: np.ndarray) -> str:
+    """A vector as its little-endian float32 bytes in base64, as OpenAI and Cohere send it."""
+    return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+
+
+def encoded(vector: np.ndarray, encoding_format: str) -> np.ndarray | str:
+    """OpenAI's encoding_format: the floats, or "base64"."""
+    return float32_base64(vector) if encoding_format == "base64" else vector
 
 
 def new_id(prefix: str) -> str:

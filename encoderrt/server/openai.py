@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Literal
 
-import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
@@ -20,7 +18,7 @@ router = APIRouter(tags=["OpenAI"])
 
 class EmbeddingsBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    input: str | list[str] | list[int] | list[list[int]] = Field(description="text, texts, token ids or lists of token ids")
+    input: common.TextOrTokenInput = Field(description="text, texts, token ids or lists of token ids")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
@@ -30,29 +28,16 @@ class EmbeddingsBody(BaseModel):
                                     "(sentence-transformers' prompt_name); unset: its default prompt")
 
 
-def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
-    if encoding_format == "base64":  # little-endian float32, as OpenAI sends it
-        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-    return vector
-
-
 @router.post("/v1/embeddings")
 async def create_embeddings(body: EmbeddingsBody, request: Request) -> Response:
     started = time.perf_counter()
     served = common.resolve(request, body.model, "embed")
-    inputs = [body.input] if isinstance(body.input, str) else body.input
-    common.check_items(request, inputs, "input")
-    truncate = common.truncation(body.truncate_prompt_tokens)
-    if isinstance(inputs[0], list) or isinstance(inputs[0], int):
-        token_ids = [inputs] if isinstance(inputs[0], int) else inputs
-        engine_request = EmbedRequest(token_ids=token_ids, dimensions=body.dimensions, truncate=truncate,
-                                      prompt_name=body.prompt_name)
-    else:
-        engine_request = EmbedRequest(texts=inputs, dimensions=body.dimensions, truncate=truncate,
-                                      prompt_name=body.prompt_name)
+    texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
+    engine_request = EmbedRequest(texts, dimensions=body.dimensions, truncate=common.truncation(body.truncate_prompt_tokens),
+                                  token_ids=token_ids, prompt_name=body.prompt_name)
     completion = await served.engine.arun(engine_request)
     data = [
-        {"object": "embedding", "index": i, "embedding": _encode(vector, body.encoding_format)}
+        {"object": "embedding", "index": i, "embedding": common.encoded(vector, body.encoding_format)}
         for i, vector in enumerate(completion.value)
     ]
     usage = {"prompt_tokens": completion.prompt_tokens, "total_tokens": completion.prompt_tokens}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
@@ -25,6 +26,8 @@ class EmbedBody(BaseModel):
     dimensions: int | None = None
     prompt_name: str | None = None
     """One of the model's prompts, as TEI takes it; unset: the model's default prompt."""
+    truncation_direction: Literal["Right", "Left"] = "Right"
+    """Which end `truncate` cuts; Left keeps a text's end."""
 
 
 class EmbedSparseBody(BaseModel):
@@ -64,7 +67,8 @@ async def embed(body: EmbedBody, request: Request) -> Response:
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
     completion = await served.engine.arun(EmbedRequest(texts, body.normalize, body.dimensions, body.truncate,
-                                                       prompt_name=body.prompt_name))
+                                                       prompt_name=body.prompt_name,
+                                                       truncation_side=body.truncation_direction.lower()))
     return common.reply(completion.value, completion, started)
 
 

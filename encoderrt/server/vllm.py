@@ -1,15 +1,16 @@
-"""vLLM dialect: POST /score and /v1/score, /classify, /tokenize."""
+"""vLLM dialect: POST /score and /v1/score, /classify, /pooling, /tokenize."""
 
 from __future__ import annotations
 
 import time
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts, pair_texts
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, ScoreRequest, as_texts, pair_texts
 from encoderrt.server import common
 from encoderrt.server.responses import JSONResponse
 
@@ -52,6 +53,21 @@ class ClassifyBody(BaseModel):
     truncate_prompt_tokens: int | None = None
 
 
+class PoolingBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    input: common.TextOrTokenInput | None = None
+    messages: list[Any] | None = None
+    task: str | None = None
+    """embed (an embedding model's vector) or classify (a classifier's or cross-encoder's probabilities); unset: the
+    model's own. Token-level tasks need per-token outputs, which encoderrt's artifacts pool away inside the graph."""
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    truncate_prompt_tokens: int | None = None
+    use_activation: bool | None = None
+    """embed: L2 normalisation (unset: the model's default); classify: the activation (false: raw logits)."""
+
+
 class TokenizeBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
@@ -88,6 +104,34 @@ async def classify(body: ClassifyBody, request: Request) -> Response:
     completion = await served.engine.arun(ClassifyRequest(texts, common.truncation(body.truncate_prompt_tokens)))
     data = [{"index": i, "label": c.label, "probs": c.probs, "num_classes": len(c.probs)} for i, c in enumerate(completion.value)]
     payload = {"id": common.new_id("classify"), "object": "list", "created": int(time.time()), "model": served.name,
+               "data": data, "usage": _usage(completion.prompt_tokens)}
+    return common.reply(payload, completion, started)
+
+
+@router.post("/pooling")
+async def pooling(body: PoolingBody, request: Request) -> Response:
+    started = time.perf_counter()
+    if body.messages is not None or body.input is None:
+        raise InvalidRequest("pooling takes `input` (text, texts or token ids); chat `messages` are for decoder models")
+    served = common.resolve(request, body.model, "pooling")
+    native = "embed" if served.engine.info.task == "embed" else "classify"
+    task = body.task or native
+    if task != native:
+        hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
+        raise InvalidRequest(f"task '{task}' is not available for model '{served.name}' ({hint}it pools with task '{native}')")
+    texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
+    truncate = common.truncation(body.truncate_prompt_tokens)
+    if task == "embed":
+        completion = await served.engine.arun(EmbedRequest(texts, body.use_activation, body.dimensions, truncate,
+                                                           token_ids=token_ids))
+        rows = [common.encoded(vector, body.encoding_format) for vector in completion.value]
+    else:
+        if token_ids is not None or body.dimensions is not None:
+            raise InvalidRequest("task 'classify' takes texts, without dimensions")
+        completion = await served.engine.arun(ClassifyRequest(texts, truncate))
+        rows = [c.probs if body.use_activation is not False else c.logits for c in completion.value]
+    data = [{"index": i, "object": "pooling", "data": row} for i, row in enumerate(rows)]
+    payload = {"id": common.new_id("pool"), "object": "list", "created": int(time.time()), "model": served.name,
                "data": data, "usage": _usage(completion.prompt_tokens)}
     return common.reply(payload, completion, started)
 

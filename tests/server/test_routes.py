@@ -108,6 +108,37 @@ def test_jina_and_cohere_rerank(client, engines, path):
     assert len(bare["results"]) == 4 and all(set(r) == {"index", "relevance_score"} for r in bare["results"])
 
 
+def test_vllm_pooling_embeds_and_classifies(client, engines):
+    body = client.post("/pooling", json={"model": "minilm", "input": TEXTS}).json()
+    assert set(body) == {"id", "object", "created", "model", "data", "usage"} and body["id"].startswith("pool-")
+    assert [(d["index"], d["object"]) for d in body["data"]] == [(0, "pooling"), (1, "pooling"), (2, "pooling")]
+    np.testing.assert_allclose(np.array([d["data"] for d in body["data"]]), engines["minilm"].embed(TEXTS), atol=1e-6)
+    raw = client.post("/pooling", json={"model": "minilm", "input": TEXTS[0], "use_activation": False, "dimensions": 64,
+                                        "encoding_format": "base64"}).json()
+    vector = np.frombuffer(base64.b64decode(raw["data"][0]["data"]), dtype="<f4")
+    np.testing.assert_allclose(vector, engines["minilm"].embed(TEXTS[:1], normalize=False, dimensions=64)[0], atol=1e-5)
+    assert abs(np.linalg.norm(vector) - 1) > 1e-3  # not normalised
+
+    for name in ("classifier", "reranker"):
+        expected = engines[name].classify(TEXTS)
+        probs = client.post("/pooling", json={"model": name, "input": TEXTS}).json()["data"]
+        assert [d["data"] for d in probs] == [pytest.approx(c.probs, abs=1e-6) for c in expected]
+        logits = client.post("/pooling", json={"model": name, "input": TEXTS, "use_activation": False}).json()["data"]
+        assert [d["data"] for d in logits] == [pytest.approx(c.logits, abs=1e-5) for c in expected]
+    assert len(probs[0]["data"]) == 1  # a one-label cross-encoder: [sigmoid(logit)]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"model": "minilm", "input": "x", "task": "token_embed"}, "per-token outputs are pooled away"),
+    ({"model": "classifier", "input": "x", "task": "embed"}, "it pools with task 'classify'"),
+    ({"model": "minilm", "messages": [{"role": "user", "content": "x"}]}, "chat `messages` are for decoder models"),
+    ({"model": "minilm", "input": []}, "input must not be empty"),
+])
+def test_vllm_pooling_refusals(client, body, fragment):
+    response = client.post("/pooling", json=body)
+    assert response.status_code == 400 and fragment in response.json()["error"]["message"], response.text
+
+
 def test_tei_rerank_shape(client, engines):
     texts = ["the lazy dog", "quick brown fox", "café"]
     body = client.post("/rerank", json={"query": "fox", "texts": texts, "return_text": True}).json()
