@@ -28,6 +28,8 @@ class _EngineCollector:
         tokens = CounterMetricFamily("encoderrt_batch_tokens", "Tokens run in batches", labels=["model", "kind"])
         processed = CounterMetricFamily("encoderrt_tokens_processed", "Real tokens processed", labels=["model"])
         items = CounterMetricFamily("encoderrt_engine_items", "Items submitted to the engine", labels=["model"])
+        cancelled = CounterMetricFamily("encoderrt_cancelled_items", "Items dropped before they ran: their client left",
+                                        labels=["model"])
         for served in self._models.models():
             stats = served.engine.stats.snapshot()
             queue.add_metric([served.name], stats["queue_depth"])
@@ -38,7 +40,8 @@ class _EngineCollector:
             tokens.add_metric([served.name, "padded"], stats["padded_tokens"])
             processed.add_metric([served.name], stats["real_tokens"])
             items.add_metric([served.name], stats["items"])
-        yield from (queue, efficiency, batches, rows, tokens, processed, items)
+            cancelled.add_metric([served.name], stats["cancelled_items"])
+        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled)
 
 
 class Metrics:

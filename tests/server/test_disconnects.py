@@ -1,0 +1,66 @@
+"""A client that goes away takes its work with it: its engine rows are dropped before they run."""
+
+import json
+import socket
+import time
+
+import httpx
+
+from encoderrt import Engine
+from encoderrt.bench import workloads
+from encoderrt.server import ServerSettings, create_app
+from server_helpers import ready_registry, running_server
+
+CLIENTS = 50
+TEXTS = workloads.passages(256, seed=5)
+
+
+def _wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.01)
+
+
+def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_artifacts):
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512, max_queue_items=CLIENTS * 256)
+    backend = controlled[0]
+    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
+        backend.gate.clear()  # hold the first batch, so every request is still queued when its client leaves
+        host, port = url.removeprefix("http://").split(":")
+        clients = [_send_embed_request(host, int(port), workloads.passages(256, seed=100 + i)) for i in range(CLIENTS)]
+        _wait_for(lambda: engine.stats.snapshot()["items"] == CLIENTS * 256, 60,
+                  lambda: f"the requests never all queued: {engine.stats.snapshot()}")
+        for client in clients:  # every client leaves with its request queued behind the held batch
+            client.close()
+        _wait_for(lambda: _metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
+                  "the server never noticed the disconnects")
+        submitted = CLIENTS * 256
+        backend.gate.set()
+        # the engine is idle within about one batch: the held one finishes, then nothing is left to run
+        _wait_for(lambda: engine.stats.snapshot()["queue_depth"] == 0, 5, "cancelled rows were still queued")
+        time.sleep(0.2)
+        stats = engine.stats.snapshot()
+        assert len(backend.batches) <= 2, backend.batches
+        assert stats["cancelled_items"] == submitted - stats["batch_rows"]  # distinct texts: one row per item
+        assert stats["batch_rows"] <= 2 * 512 // 8
+        assert _metric(url, "encoderrt_cancelled_items_total", 'model="st"') == stats["cancelled_items"]
+        # and the server still answers the clients that stay
+        assert httpx.post(f"{url}/embed", json={"inputs": TEXTS[:4], "truncate": True}, timeout=30).status_code == 200
+    engine.close()
+
+
+def _send_embed_request(host, port, texts):
+    """A raw HTTP request whose client can then go away without reading the answer."""
+    body = json.dumps({"inputs": texts, "truncate": True}).encode()
+    client = socket.create_connection((host, port))
+    client.sendall(f"POST /embed HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+                   f"content-length: {len(body)}\r\n\r\n".encode() + body)
+    return client
+
+
+def _metric(url, name, label):
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(name) and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
