@@ -50,6 +50,16 @@ class Planner:
         self._chunk_long_inputs = chunk_long_inputs
 
     def plan(self, request: Request) -> Plan:
+        """The rows for a request; a row the model cannot run is refused here, before it joins a batch."""
+        plan = self._plan(request)
+        limit = self.manifest.max_length
+        for index, row in enumerate(plan.rows):
+            if len(row.ids) > limit:
+                raise InvalidRequest(f"input {index} has {len(row.ids)} tokens after truncation, more than this model's "
+                                     f"limit of {limit}")
+        return plan
+
+    def _plan(self, request: Request) -> Plan:
         if isinstance(request, EmbedRequest):
             return self._plan_embed(request)
         if isinstance(request, ScoreRequest):
@@ -116,6 +126,10 @@ class Planner:
             prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, None, None)
             rows = tokenizer.encode(with_prompt(unique, prefix), cut)  # as encode() would embed them
             return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
+        specials = tokenizer.pair_special_tokens
+        if cut and tokenizer.max_length < specials + 2:
+            raise InvalidRequest(f"truncation length {tokenizer.max_length} leaves no room for a pair: its special tokens "
+                                 f"alone take {specials}; choose at least {specials + 2}")
         rows = tokenizer.encode_pairs(firsts, seconds, cut)
         apply = ACTIVATIONS[self.manifest.activation] if activation else ACTIVATIONS["identity"]
         return Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())

@@ -12,6 +12,7 @@ caller has gone (cancelled or failed Future) is dropped before it runs.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,8 @@ from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
+
+log = logging.getLogger("encoderrt.runtime")
 
 Padder = Callable[[Sequence[Tokens]], dict[str, np.ndarray]]
 
@@ -235,7 +238,10 @@ class Scheduler:
             outputs = backend.run(self._pad(tokens))
         except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
             self._stats.add(failed_batches=1)
-            error = InferenceFailed(f"inference failed for a batch of {len(rows)} rows: {type(exc).__name__}: {exc}")
+            # the backend's own message names its internals: it goes to the log, the caller gets ours
+            log.error("inference failed for a batch of %d rows: %s: %s", len(rows), type(exc).__name__, exc)
+            error = InferenceFailed(f"inference failed for a batch of {len(rows)} rows; the server log has the cause")
+            error.__cause__ = exc  # Python callers still see the backend's error
             for row in rows:
                 for ticket, _ in row.consumers:
                     _settle(ticket.future, error=error)

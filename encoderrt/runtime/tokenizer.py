@@ -62,6 +62,7 @@ class TextTokenizer:
         self._cut_second = _load(path)
         self._cut_second.enable_truncation(max_length, strategy="only_second")
         self._pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
+        self.pair_special_tokens = self._pair_specials
 
     @lru_cache(maxsize=8)
     def limited(self, max_length: int) -> "TextTokenizer":

@@ -14,13 +14,13 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import EmbedRequest, Truncation
 from encoderrt.server import common
 from encoderrt.server.registry import ServedModel
+from encoderrt.server.schemas import RequestBody
 
 router = APIRouter(tags=["Cohere"])
 
@@ -35,8 +35,7 @@ INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {
 EMBEDDING_TYPES = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 
 
-class CohereEmbedBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class CohereEmbedBody(RequestBody):
     model: str | None = None
     texts: list[str] | None = None
     inputs: list[dict[str, Any]] | None = None

@@ -60,6 +60,8 @@ ERROR_TYPES = {
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    # a message may quote client text: whatever it holds, the reply is valid JSON (a lone surrogate shows escaped)
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"), "code": status}}
     return JSONResponse(body, status_code=status, headers=headers)
 

@@ -8,12 +8,13 @@ route does, by the body: `{"inputs": {"source_sentence", "sentences"}}` is sente
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from encoderrt import __version__
@@ -22,36 +23,33 @@ from encoderrt.runtime.postprocess import ACTIVATIONS, check_count
 from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
 from encoderrt.server import common, tei
 from encoderrt.server.responses import JSONResponse
+from encoderrt.server.schemas import RequestBody
 
 router = APIRouter(tags=["TEI (huggingface_hub)"])
 
 
-class SimilarityInputs(BaseModel):
+class SimilarityInputs(RequestBody):
     source_sentence: str
     sentences: list[str]
 
 
-class SimilarityBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class SimilarityBody(RequestBody):
     inputs: SimilarityInputs
     truncate: bool = False
 
 
-class ClassificationParameters(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ClassificationParameters(RequestBody):
     function_to_apply: Literal["sigmoid", "softmax", "none"] | None = None
     top_k: int | None = None
 
 
-class ClassificationBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ClassificationBody(RequestBody):
     inputs: str | list[str]
     parameters: ClassificationParameters = ClassificationParameters()
     truncate: bool = False
 
 
-class DecodeBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class DecodeBody(RequestBody):
     ids: list[int] | list[list[int]]
     skip_special_tokens: bool = True
 
@@ -105,7 +103,8 @@ async def compatible(body: dict[str, Any], request: Request) -> Response:
 async def decode(body: DecodeBody, request: Request) -> Response:
     served = common.resolve(request, None, "tokenize")
     batch = [body.ids] if body.ids and isinstance(body.ids[0], int) else body.ids
-    return JSONResponse(served.engine.decode(batch, body.skip_special_tokens))
+    # off the event loop: a long id list takes the tokenizer a while, and every other route waits on the loop
+    return JSONResponse(await asyncio.to_thread(served.engine.decode, batch, body.skip_special_tokens))
 
 
 @router.get("/info")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -30,6 +31,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = ("/health", "/docs", "/docs-assets/", "/openapi.json")
 CLIENT_CLOSED = 499
+log = logging.getLogger("encoderrt.server")
 
 
 class ServerMiddleware:
@@ -51,6 +53,7 @@ class ServerMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
+                status_holder["started"] = True
                 message.setdefault("headers", [])
                 message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode("latin-1"))]
             await send(message)
@@ -60,11 +63,16 @@ class ServerMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, send_with_id)
                 return
-            if scope["method"] == "POST":
-                if await _cancelled_on_disconnect(self.app, scope, self._limited(receive), send_with_id):
-                    status_holder["status"] = CLIENT_CLOSED
-            else:
-                await self.app(scope, self._limited(receive), send_with_id)
+            try:
+                if scope["method"] == "POST":
+                    if await _cancelled_on_disconnect(self.app, scope, self._limited(receive), send_with_id):
+                        status_holder["status"] = CLIENT_CLOSED
+                else:
+                    await self.app(scope, self._limited(receive), send_with_id)
+            except Exception:  # noqa: BLE001 - a bug of ours: our error shape and request id, the traceback logged
+                log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+                if not status_holder.get("started"):
+                    await error_response(500, "internal error; the server log has the cause")(scope, receive, send_with_id)
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             self.metrics.observe(route, status_holder["status"], time.perf_counter() - start)

@@ -6,18 +6,18 @@ import time
 from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.responses import Response
 
 from encoderrt.runtime.requests import EmbedRequest
 from encoderrt.server import common
 from encoderrt.server.responses import JSONResponse
+from encoderrt.server.schemas import RequestBody
 
 router = APIRouter(tags=["OpenAI"])
 
 
-class EmbeddingsBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class EmbeddingsBody(RequestBody):
     input: common.TextOrTokenInput = Field(description="text, texts, token ids or lists of token ids")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"

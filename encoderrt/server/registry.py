@@ -10,8 +10,8 @@ import threading
 from dataclasses import dataclass
 
 from encoderrt.runtime import Engine
-from encoderrt.server.errors import NotReady, UnknownModel
 from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.server.errors import NotReady, UnknownModel
 
 # which model tasks can answer each verb, best first (an embedding model scores by cosine)
 VERB_TASKS: dict[str, tuple[str, ...]] = {

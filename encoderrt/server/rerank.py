@@ -9,23 +9,21 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.requests import RerankRequest
 from encoderrt.server import common
+from encoderrt.server.schemas import RequestBody
 from encoderrt.server.tei import TEIRerankBody, rerank_tei
 
 router = APIRouter(tags=["Rerank"])
 
 
-class DocumentObject(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class DocumentObject(RequestBody):
     text: str
 
 
-class RerankBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class RerankBody(RequestBody):
     model: str | None = None
     query: str
     documents: list[str | DocumentObject]

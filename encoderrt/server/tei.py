@@ -6,18 +6,24 @@ import time
 from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest, as_texts
+from encoderrt.runtime.requests import (
+    ClassifyRequest,
+    EmbedRequest,
+    RerankRequest,
+    ScoreRequest,
+    SparseEmbedRequest,
+    as_texts,
+)
 from encoderrt.server import common
+from encoderrt.server.schemas import RequestBody
 
 router = APIRouter(tags=["TEI"])
 
 
-class EmbedBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class EmbedBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str]
@@ -30,8 +36,7 @@ class EmbedBody(BaseModel):
     """Which end `truncate` cuts; Left keeps a text's end."""
 
 
-class EmbedSparseBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class EmbedSparseBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str]
@@ -40,8 +45,7 @@ class EmbedSparseBody(BaseModel):
     """encoderrt extension: only the k heaviest tokens of each vector."""
 
 
-class PredictBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class PredictBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | list[str] | list[list[str]]
@@ -49,8 +53,7 @@ class PredictBody(BaseModel):
     truncate: bool = False
 
 
-class TEIRerankBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class TEIRerankBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     query: str

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, ScoreRequest, as_texts, pair_texts
 from encoderrt.server import common
 from encoderrt.server.responses import JSONResponse
+from encoderrt.server.schemas import RequestBody
 
 router = APIRouter(tags=["vLLM"])
 
@@ -22,8 +23,7 @@ _PAIRINGS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"
 """The (first, second) field names vLLM's score endpoint accepts, each pairing 1:1, 1:N or N:N."""
 
 
-class ScoreBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ScoreBody(RequestBody):
     model: str | None = None
     text_1: Texts = None
     text_2: Texts = None
@@ -46,15 +46,13 @@ class ScoreBody(BaseModel):
         return given[0]
 
 
-class ClassifyBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ClassifyBody(RequestBody):
     model: str | None = None
     input: str | list[str]
     truncate_prompt_tokens: int | None = None
 
 
-class PoolingBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class PoolingBody(RequestBody):
     model: str | None = None
     input: common.TextOrTokenInput | None = None
     messages: list[Any] | None = None
@@ -68,8 +66,7 @@ class PoolingBody(BaseModel):
     """embed: L2 normalisation (unset: the model's default); classify: the activation (false: raw logits)."""
 
 
-class TokenizeBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class TokenizeBody(RequestBody):
     model: str | None = None
     prompt: str
 
@@ -139,5 +136,6 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "tokenize")
-    tokens = served.engine.tokenize(body.prompt, truncate=False)
+    # off the event loop: a megabyte prompt takes the tokenizer seconds, and every other route waits on the loop
+    tokens = await asyncio.to_thread(served.engine.tokenize, body.prompt, None, False)
     return JSONResponse({"count": len(tokens), "max_model_len": served.engine.info.max_length, "tokens": tokens})

@@ -302,8 +302,9 @@ def test_backend_failure_fails_only_its_batch(controlled, tiny_artifacts):
     with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256) as engine:
         backend = controlled[0]
         backend.fail_next = True
-        with pytest.raises(InferenceFailed, match="simulated device fault"):
+        with pytest.raises(InferenceFailed, match="inference failed for a batch of 1 rows") as failure:
             engine.embed(["this batch fails"])
+        assert "simulated device fault" in str(failure.value.__cause__)
         assert engine.embed(["the next batch succeeds"]).shape == (1, 32)
         assert engine.stats.snapshot()["failed_batches"] == 1
 

@@ -122,11 +122,13 @@ def test_full_queue_is_429_with_retry_after(controlled, tiny_artifacts):
         assert first.result().status_code == 200 and queued.result().status_code == 200
 
 
-def test_internal_failure_is_500_and_the_server_keeps_serving(controlled, tiny_artifacts):
+def test_internal_failure_is_500_and_the_server_keeps_serving(controlled, tiny_artifacts, caplog):
     engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
     with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
         controlled[0].fail_next = True
-        assert_error(httpx.post(f"{url}/embed", json={"inputs": "x"}), 500, "inference failed", "simulated device fault")
+        error = assert_error(httpx.post(f"{url}/embed", json={"inputs": "x"}), 500, "inference failed", "server log")
+        assert "simulated device fault" not in error["message"]  # the backend's internals stay in the log
+        assert "RuntimeError: simulated device fault" in caplog.text
         assert httpx.post(f"{url}/embed", json={"inputs": "x"}).status_code == 200
 
 
