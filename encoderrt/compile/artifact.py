@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
+from encoderrt.compile import leftovers
 from encoderrt.compile.errors import InputError
 from encoderrt.runtime.manifest import MANIFEST_NAME, Manifest, sha256_file
 
@@ -36,7 +37,8 @@ class ArtifactWriter:
         self.staging: Path | None = None
 
     def __enter__(self) -> "ArtifactWriter":
-        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_dir.name}.partial-{os.getpid()}-", dir=self.output_dir.parent))
+        leftovers.remove_dead(self.output_dir.parent)  # a killed compile's staging folder, at the next compile
+        self.staging = Path(tempfile.mkdtemp(prefix=leftovers.staging_prefix(self.output_dir.name), dir=self.output_dir.parent))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -56,7 +58,7 @@ class ArtifactWriter:
         previous = None
         if self.output_dir.exists():
             check_output_dir(self.output_dir, self.force)  # it may have filled up while we compiled
-            previous = self.output_dir.with_name(f".{self.output_dir.name}.replaced-{os.getpid()}")
+            previous = self.output_dir.with_name(leftovers.replaced_name(self.output_dir.name))
             self.output_dir.rename(previous)
         self.staging.rename(self.output_dir)
         self.staging = None

@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from encoderrt import __version__
+from encoderrt.compile import leftovers
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest, sha256_file
 
@@ -24,8 +24,6 @@ log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
-_LEFTOVER = re.compile(r"^\..*\.(?:partial|replaced)-(\d+)")
-"""Staging and replaced folders carry their writer's pid (compile/artifact.py); a dead writer's are litter."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,6 @@ def artifact_for(path: Path | None, reporter: StepReporter | None = None) -> tup
         pass
     log.info("compiling %s into %s (once; later runs reuse it)", source, target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(target.parent)
     compile_model(CompileOptions(model_dir=source, output_dir=target, force=True, quiet=True, name=name), reporter)
     return target, name
 
@@ -105,7 +102,7 @@ def list_entries(root: Path | None = None) -> list[CacheEntry]:
             model, built = str(manifest.source.get("name")), f"{manifest.task}, {manifest.precision} on {manifest.target}"
         except ManifestError:
             model, built = "?", "unreadable: clear it"
-        entries.append(CacheEntry(folder.name, folder, model, built, _size(folder)))
+        entries.append(CacheEntry(folder.name, folder, model, built, leftovers.folder_size(folder)))
     return entries
 
 
@@ -116,30 +113,5 @@ def clear(entries: list[CacheEntry], stale_partials: bool = True) -> int:
         reclaimed += entry.size
         shutil.rmtree(entry.path, ignore_errors=True)
     if stale_partials and cache_root().is_dir():
-        reclaimed += remove_leftovers(cache_root())
+        reclaimed += leftovers.remove_dead(cache_root())
     return reclaimed
-
-
-def remove_leftovers(root: Path) -> int:
-    """Staging folders of compiles whose process is gone (killed, or the machine stopped)."""
-    reclaimed = 0
-    for folder in root.iterdir():
-        match = _LEFTOVER.match(folder.name)
-        if match and folder.is_dir() and not _alive(int(match.group(1))):
-            reclaimed += _size(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-    return reclaimed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

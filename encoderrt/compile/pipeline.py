@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from encoderrt.compile import leftovers
 from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
 from encoderrt.compile.build import Build
 from encoderrt.compile.errors import CompileError, InputError, ParityError
@@ -55,7 +56,8 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
         reporter.note(note)
     builders = _builders()
 
-    with tempfile.TemporaryDirectory(prefix="encoderrt-compile-") as work, ArtifactWriter(options.output_dir, options.force) as writer:
+    leftovers.remove_dead(Path(tempfile.gettempdir()))  # work folders of compiles that were killed
+    with tempfile.TemporaryDirectory(prefix=leftovers.work_prefix()) as work, ArtifactWriter(options.output_dir, options.force) as writer:
         assert writer.staging is not None
         build = Build(source, options, reporter, Path(work))
         if len(candidates) == 1:

@@ -1,4 +1,5 @@
-"""Pick the token budget at load: the best throughput whose batch latency stays under a cap.
+"""At load: check the manifest against its graph, and pick the token budget (the best throughput whose batch
+latency stays under a cap).
 
 CPU GEMM throughput plateaus once a batch holds a few hundred tokens, while latency keeps
 growing with the batch; a short measurement on this machine finds the knee instead of a guess.
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.manifest import ManifestError
 from encoderrt.runtime.scheduler import Padder
 from encoderrt.runtime.tokenizer import Tokens
 
@@ -55,6 +57,20 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
             chosen = candidate
     budget = max(chosen[0], max_length)
     return Calibration(budget if limit is None else min(budget, limit), tuple(measurements))
+
+
+def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int, vocab_size: int) -> None:
+    """The manifest's facts against its graph, with one row of the longest input: a manifest that claims more
+    positions than the graph's table, or another output width, is refused at load rather than failing requests."""
+    ids = [1] + [min(100, vocab_size - 1)] * (max_length - 2) + [2]
+    try:
+        outputs = backend.run(pad([Tokens(ids, [0] * max_length)]))
+    except Exception as exc:  # noqa: BLE001 - whatever the backend says, the artifact is inconsistent
+        raise ManifestError(f"the graph cannot run the manifest's max_length of {max_length} tokens "
+                            f"({type(exc).__name__}): the manifest does not match its graph") from None
+    if outputs.shape[-1] != output_dim:
+        raise ManifestError(f"the graph's output has width {outputs.shape[-1]}, the manifest says {output_dim}: "
+                            "the manifest does not match its graph")
 
 
 def _timed(backend: Backend, feeds: dict[str, np.ndarray]) -> float:

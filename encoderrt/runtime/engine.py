@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.backends import BackendOptions, load_backend
-from encoderrt.runtime.calibration import Calibration, calibrate
+from encoderrt.runtime.calibration import Calibration, calibrate, check_graph
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.planner import Plan, Planner
@@ -93,6 +93,7 @@ class Engine:
         threads = BackendOptions(config.intra_op_threads).resolved_threads()
         per_session = BackendOptions(max(1, threads // config.sessions))
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]
+        check_graph(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.output_dim, manifest.shape.vocab_size)
         calibration: Calibration | None = None
         budget, limit = config.max_batch_tokens, backends[0].max_batch_tokens
         if budget is not None and limit is not None and budget > limit:

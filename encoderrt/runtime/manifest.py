@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
@@ -150,11 +150,32 @@ def read_manifest(artifact_dir: str | Path, verify_files: bool = True) -> Manife
     if not isinstance(data, dict):
         raise ManifestError(f"{path} does not hold a JSON object")
     manifest = Manifest.from_dict(data)
+    _check_names(folder, manifest)
     if verify_files:
-        for name, expected in manifest.files.items():
-            file = folder / name
-            if not file.is_file():
-                raise ManifestError(f"artifact file {name} is missing from {folder}")
-            if sha256_file(file) != expected:
-                raise ManifestError(f"artifact file {name} does not match its sha256 in the manifest")
+        _check_files(folder, manifest)
     return manifest
+
+
+def _check_names(folder: Path, manifest: Manifest) -> None:
+    """Every name the runtime opens stays inside the artifact, and the model file is one of the hashed files."""
+    root = folder.resolve()
+    for name in (*manifest.files, manifest.model_file):
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts or not (folder / name).resolve().is_relative_to(root):
+            raise ManifestError(f"artifact file name {name!r} leaves the artifact folder: refusing it")
+    if manifest.model_file not in manifest.files:
+        raise ManifestError(f"the manifest does not hash its model file {manifest.model_file}: refusing it")
+
+
+def _check_files(folder: Path, manifest: Manifest) -> None:
+    """The folder holds exactly the hashed files, each matching, so nothing the runtime reads escapes the check."""
+    for name, expected in manifest.files.items():
+        file = folder / name
+        if not file.is_file():
+            raise ManifestError(f"artifact file {name} is missing from {folder}")
+        if sha256_file(file) != expected:
+            raise ManifestError(f"artifact file {name} does not match its sha256 in the manifest")
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and name != MANIFEST_NAME and name not in manifest.files:
+            raise ManifestError(f"artifact file {name} is not hashed by the manifest: refusing the artifact")

@@ -44,3 +44,57 @@ def test_not_an_artifact(tmp_path):
         read_manifest(tmp_path)
     with pytest.raises(ManifestError, match="not found"):
         read_manifest(tmp_path / "missing")
+
+
+def _edit(artifact, change):
+    data = json.loads((artifact / "manifest.json").read_text())
+    change(data)
+    (artifact / "manifest.json").write_text(json.dumps(data))
+
+
+def test_a_tampered_model_whose_entry_was_removed_is_refused(tiny_artifacts, tmp_path):
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    with open(artifact / "model.onnx", "ab") as handle:
+        handle.write(b"\0")
+    _edit(artifact, lambda data: data["files"].pop("model.onnx"))
+    with pytest.raises(ManifestError, match="does not hash its model file model.onnx"):
+        read_manifest(artifact)
+
+
+def test_an_unhashed_file_in_the_folder_is_refused(tiny_artifacts, tmp_path):
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    (artifact / "model.onnx.data").write_bytes(b"weights nobody hashed")
+    with pytest.raises(ManifestError, match="model.onnx.data is not hashed by the manifest"):
+        read_manifest(artifact)
+
+
+@pytest.mark.parametrize("name", ["../../../../etc/passwd", "/etc/passwd", "sub/../../outside.onnx"])
+def test_names_that_leave_the_artifact_are_refused(tiny_artifacts, tmp_path, name):
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    _edit(artifact, lambda data: data["files"].update({name: "0" * 64}))
+    with pytest.raises(ManifestError, match="leaves the artifact folder"):
+        read_manifest(artifact)
+    _edit(artifact, lambda data: (data["files"].pop(name), data.update(model_file=name)))
+    with pytest.raises(ManifestError, match="leaves the artifact folder"):
+        read_manifest(artifact)
+
+
+def test_a_symlink_out_of_the_artifact_is_refused(tiny_artifacts, tmp_path):
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    outside = tmp_path / "elsewhere.onnx"
+    shutil.move(artifact / "model.onnx", outside)
+    (artifact / "model.onnx").symlink_to(outside)
+    with pytest.raises(ManifestError, match="'model.onnx' leaves the artifact folder"):
+        read_manifest(artifact)
+
+
+def test_manifest_facts_are_checked_against_the_graph(tiny_artifacts, tmp_path):
+    from encoderrt import Engine
+
+    artifact = _copy(tiny_artifacts["st-cls"], tmp_path)
+    _edit(artifact, lambda data: data.update(max_length=100_000))
+    with pytest.raises(ManifestError, match="cannot run the manifest's max_length of 100000 tokens"):
+        Engine.load(artifact, max_batch_tokens=256)
+    _edit(artifact, lambda data: (data.update(max_length=32), data["shape"].update(output_dim=7)))
+    with pytest.raises(ManifestError, match="output has width 32, the manifest says 7"):
+        Engine.load(artifact, max_batch_tokens=256)
