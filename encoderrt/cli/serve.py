@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
     parser.add_argument("--max-client-batch-size", type=int, default=512, metavar="N", help="most items per request")
     parser.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N")
+    parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="S",
+                        help="on SIGTERM, how long in-flight requests may finish; those still running get a 503")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
                               long_inputs=args.long_inputs)
         settings = ServerSettings(host=args.host, port=args.port, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
-                                  max_client_batch_size=args.max_client_batch_size, engine=engine)
+                                  max_client_batch_size=args.max_client_batch_size, engine=engine,
+                                  graceful_shutdown_s=args.shutdown_timeout)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2

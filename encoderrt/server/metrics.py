@@ -51,11 +51,18 @@ class Metrics:
                                 registry=self.registry)
         self.latency = Histogram("encoderrt_http_request_duration_seconds", "HTTP request latency by route", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._cut_off = Counter("encoderrt_http_cut_off_at_shutdown", "Requests still running when the shutdown timeout ended",
+                                registry=self.registry)
+        self.cut_off_requests = 0
         self.registry.register(_EngineCollector(models))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
+
+    def count_cut_off(self) -> None:
+        self.cut_off_requests += 1
+        self._cut_off.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -69,6 +69,12 @@ class ServerMiddleware:
                         status_holder["status"] = CLIENT_CLOSED
                 else:
                     await self.app(scope, self._limited(receive), send_with_id)
+            except asyncio.CancelledError:  # uvicorn's shutdown timeout ran out with this request in flight
+                if status_holder.get("started"):
+                    raise
+                self.metrics.count_cut_off()
+                await error_response(503, "the server is shutting down: this request was still running when its "
+                                     "shutdown timeout ended; retry on another replica")(scope, receive, send_with_id)
             except Exception:  # noqa: BLE001 - a bug of ours: our error shape and request id, the traceback logged
                 log.exception("unexpected error on %s %s", scope["method"], scope["path"])
                 if not status_holder.get("started"):

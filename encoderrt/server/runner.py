@@ -52,10 +52,14 @@ def run_server(settings: ServerSettings, models: list[PlannedModel]) -> int:
         port=settings.port,
         access_log=False,
         log_level="info",
-        timeout_graceful_shutdown=int(settings.graceful_shutdown_s),
+        timeout_graceful_shutdown=settings.graceful_shutdown_s,  # type: ignore[arg-type]
     )
     server = _Server(config)
     server.run()
+    cut_off = app.state.metrics.cut_off_requests
+    if cut_off:
+        logging.getLogger("encoderrt.server").error("%d requests were cut off by the shutdown timeout of %.0f s "
+                                                    "(--shutdown-timeout)", cut_off, settings.graceful_shutdown_s)
     if server.interrupted:
         return INTERRUPTED
-    return 1 if failures else 0
+    return 1 if failures or cut_off else 0

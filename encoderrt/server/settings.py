@@ -17,4 +17,9 @@ class ServerSettings:
     """Most items (texts, documents, pairs) one request may carry."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     graceful_shutdown_s: float = 30.0
-    """On SIGTERM: stop accepting, let in-flight requests finish for at most this long."""
+    """On SIGTERM: stop accepting, let in-flight requests finish for at most this long (--shutdown-timeout); those
+    still running then are answered 503."""
+
+    def __post_init__(self) -> None:
+        if self.graceful_shutdown_s < 0:
+            raise ValueError(f"--shutdown-timeout must be at least 0 seconds, got {self.graceful_shutdown_s}")

@@ -2,6 +2,7 @@
 
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -64,3 +65,33 @@ def _metric(url, name, label):
         if line.startswith(name) and label in line:
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def test_a_request_cut_off_by_the_shutdown_timeout_gets_a_503(controlled, tiny_artifacts):
+    import uvicorn
+
+    from server_helpers import free_port
+
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512)
+    app = create_app(ServerSettings(graceful_shutdown_s=1.0), ready_registry(st=engine))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=1.0))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    _wait_for(lambda: server.started, 30, "server did not start")
+    controlled[0].gate.clear()  # the request never finishes on its own
+    answer = {}
+    client = threading.Thread(target=lambda: answer.update(response=httpx.post(
+        f"http://127.0.0.1:{port}/embed", json={"inputs": ["held"]}, timeout=30)))
+    client.start()
+    _wait_for(lambda: controlled[0].entered.is_set(), 30, "the request never reached the backend")
+    server.should_exit = True
+    client.join(30)
+    thread.join(30)
+    controlled[0].gate.set()
+    engine.close()
+    response = answer["response"]
+    assert response.status_code == 503 and response.headers["x-request-id"]
+    assert "the server is shutting down" in response.json()["error"]["message"]
+    assert app.state.metrics.cut_off_requests == 1
