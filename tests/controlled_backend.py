@@ -21,8 +21,12 @@ class ControlledBackend:
         self.entered = threading.Event()
         self.fail_next = False
         self.batches: list[tuple[int, int]] = []
+        self._checked = False
 
     def run(self, feeds):
+        if not self._checked:  # Engine.load's one check of the graph (runtime/calibration.check_graph) is not a batch
+            self._checked = True
+            return self.inner.run(feeds)
         self.batches.append(feeds["input_ids"].shape)
         self.entered.set()
         assert self.gate.wait(30), "test gate never opened"

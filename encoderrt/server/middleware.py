@@ -59,7 +59,8 @@ class ServerMiddleware:
             await send(message)
 
         try:
-            refusal = self._refusal(scope["path"], headers)
+            authorizations = sum(1 for k, _ in scope["headers"] if k.lower() == b"authorization")
+            refusal = self._refusal(scope["path"], headers, authorizations)
             if refusal is not None:
                 await refusal(scope, receive, send_with_id)
                 return
@@ -83,11 +84,14 @@ class ServerMiddleware:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             self.metrics.observe(route, status_holder["status"], time.perf_counter() - start)
 
-    def _refusal(self, path: str, headers: dict[str, str]):
+    def _refusal(self, path: str, headers: dict[str, str], authorizations: int):
+        if authorizations > 1:  # which one counts would be a proxy's guess; refuse rather than pick
+            return error_response(400, f"{authorizations} Authorization headers: send one")
         if self.api_key and not path.startswith(OPEN_PATHS):
             scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key):
-                return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'")
+                return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                                      {"WWW-Authenticate": 'Bearer realm="encoderrt"'})
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             return error_response(413, f"request body of {length} bytes is above the limit of {self.max_body_bytes} bytes")

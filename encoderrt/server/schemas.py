@@ -1,4 +1,5 @@
-"""The base of every request body: unknown fields are ignored (clients send extras), and every string is checked
+"""The base of every request body: unknown fields are ignored (clients send extras), values are taken strictly
+(no booleans as numbers, no strings as booleans), and every string is checked
 to be encodable UTF-8 before anything tokenises or echoes it. JSON's "\\ud800" escape decodes to a lone surrogate,
 which the tokenizer and every JSON encoder refuse; here it is a 400 naming the field and the character."""
 
@@ -11,7 +12,8 @@ from pydantic_core import PydanticCustomError
 
 
 class RequestBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # strict: `true` is not the number 1 and "yes" is not a boolean; JSON numbers still fill float fields
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     @model_validator(mode="after")
     def _texts_are_utf8(self) -> "RequestBody":

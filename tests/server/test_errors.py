@@ -96,7 +96,12 @@ def test_api_key(minilm_fp32):
     engine = Engine.load(minilm_fp32.path, max_batch_tokens=512)
     with running_server(create_app(ServerSettings(api_key="s3cret"), ready_registry(minilm=engine))) as url:
         body = {"input": "x"}
-        assert_error(httpx.post(f"{url}/v1/embeddings", json=body), 401, "API key")
+        missing = httpx.post(f"{url}/v1/embeddings", json=body)
+        assert_error(missing, 401, "API key")
+        assert missing.headers["www-authenticate"] == 'Bearer realm="encoderrt"'  # RFC 6750
+        twice = httpx.post(f"{url}/v1/embeddings", json=body,
+                           headers=[("Authorization", "Bearer wrong"), ("Authorization", "Bearer s3cret")])
+        assert_error(twice, 400, "2 Authorization headers")
         assert_error(httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "Bearer wrong"}), 401)
         assert_error(httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "s3cret"}), 401)
         ok = httpx.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": "Bearer s3cret"})

@@ -70,3 +70,22 @@ def test_tokenizing_a_huge_prompt_leaves_the_loop_free(url):
     worker.join(120)
     assert len(latencies) >= 5, "the tokenize request finished too fast for this test to mean anything"
     assert max(latencies) < 0.5, f"/health waited {max(latencies):.2f} s behind /tokenize"
+
+
+@pytest.mark.parametrize("route, body, field", [
+    ("/rerank", {"model": "reranker", "query": "q", "documents": ["a", "b"], "top_n": True}, "top_n"),
+    ("/embed", {"model": "minilm", "inputs": "x", "normalize": "yes"}, "normalize"),
+    ("/v1/embeddings", {"model": "minilm", "input": "x", "dimensions": False}, "dimensions"),
+    ("/score", {"model": "reranker", "text_1": "q", "text_2": "d", "truncate_prompt_tokens": "5"}, "truncate_prompt_tokens"),
+])
+def test_values_of_the_wrong_json_type_are_refused(client, route, body, field):
+    response = client.post(route, json=body)
+    assert response.status_code == 400 and field in response.json()["error"]["message"], response.text
+
+
+def test_json_numbers_still_fill_number_fields(client):
+    # strict typing must not refuse what clients send: ints where floats go, nested objects as JSON objects
+    assert client.post("/v2/rerank", json={"model": "reranker", "query": "q", "documents": [{"text": "a"}, "b"],
+                                           "top_n": 1}).status_code == 200
+    assert client.post("/v1/embeddings", json={"model": "minilm", "input": [[101, 102]], "dimensions": 8}).status_code == 200
+    assert client.post("/", json={"inputs": {"source_sentence": "a", "sentences": ["b"]}}).status_code == 200
