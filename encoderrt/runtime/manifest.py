@@ -157,14 +157,16 @@ def read_manifest(artifact_dir: str | Path, verify_files: bool = True) -> Manife
 
 
 def _check_names(folder: Path, manifest: Manifest) -> None:
-    """Every name the runtime opens stays inside the artifact, and the model file is one of the hashed files."""
+    """Every name the runtime opens stays inside the artifact, and the model (and engine) file is a hashed one."""
     root = folder.resolve()
-    for name in (*manifest.files, manifest.model_file):
+    opened = [manifest.model_file, *([str(manifest.engine["file"])] if manifest.engine.get("file") else [])]
+    for name in (*manifest.files, *opened):
         parts = PurePosixPath(name).parts
         if not parts or PurePosixPath(name).is_absolute() or ".." in parts or not (folder / name).resolve().is_relative_to(root):
             raise ManifestError(f"artifact file name {name!r} leaves the artifact folder: refusing it")
-    if manifest.model_file not in manifest.files:
-        raise ManifestError(f"the manifest does not hash its model file {manifest.model_file}: refusing it")
+    for name in opened:
+        if name not in manifest.files:
+            raise ManifestError(f"the manifest does not hash its model file {name}: refusing it")
 
 
 def _check_files(folder: Path, manifest: Manifest) -> None:

@@ -16,7 +16,7 @@ import fake_tensorrt
 from artifact_runner import run_artifact, tensorrt_graph_artifact
 from encoderrt.compile.tensorrt import plan_packed, plan_profiles
 from encoderrt.runtime.engine_record import EngineMismatch, EngineRecord, pick_profile
-from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.manifest import read_manifest, sha256_file
 
 PAIRS = [("the quick fox", "the lazy dog"), ("café", "résumé naïve"), ("x", " ".join(["fox"] * 80)), ("a", "b"),
          ("who", "what and where")]
@@ -26,8 +26,9 @@ def _as_tensorrt_artifact(artifact, record: EngineRecord):
     """The graph file doubles as the 'engine' the fake TensorRT deserialises."""
     (artifact / "engine.plan").write_bytes((artifact / "model.onnx").read_bytes())
     manifest = read_manifest(artifact, verify_files=False)
+    files = {**manifest.files, "engine.plan": sha256_file(artifact / "engine.plan")}
     (artifact / "manifest.json").write_text(
-        replace(manifest, target="tensorrt", engine={"file": "engine.plan", "record": record.to_dict()}).to_json())
+        replace(manifest, target="tensorrt", files=files, engine={"file": "engine.plan", "record": record.to_dict()}).to_json())
     return artifact
 
 
