@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from encoderrt import __version__
 from encoderrt.server import cohere, hf_hub, openai, rerank, system, tei, vllm
-from encoderrt.server.errors import install_error_handlers
+from encoderrt.server.errors import describe_errors, install_error_handlers
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ServerMiddleware
 from encoderrt.server.registry import LoadCancelled, ModelRegistry
@@ -67,6 +68,13 @@ def create_app(
         app.include_router(dialect.router)
     system.mount_docs(app)
     install_error_handlers(app)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = describe_errors(get_openapi(title=app.title, version=app.version, routes=app.routes))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(ServerMiddleware, metrics=app.state.metrics, api_key=settings.api_key,
                        max_body_bytes=settings.max_body_bytes)
     return app

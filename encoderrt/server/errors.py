@@ -93,7 +93,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(400, _validation_message(error))
 
     async def on_http_error(request: Request, error: StarletteHTTPException) -> Response:
-        return error_response(error.status_code, str(error.detail))
+        message = str(error.detail)
+        allowed = (error.headers or {}).get("Allow")
+        if error.status_code == 405 and allowed:
+            message = f"{request.method} is not allowed on {request.url.path}; it takes {allowed}"
+        return error_response(error.status_code, message, error.headers)  # a 405 keeps its Allow header
 
     async def on_recursion(request: Request, error: RecursionError) -> Response:
         return error_response(400, "invalid request: the JSON body is nested too deeply")
@@ -103,3 +107,25 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RecursionError, on_recursion)
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["message", "type", "code"], "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "integer"}}}},
+}
+
+
+def describe_errors(schema: dict) -> dict:
+    """The OpenAPI document as the server answers: FastAPI documents a 422 for invalid bodies, this server sends
+    400 in OpenAI's error shape (install_error_handlers), so every operation's 422 becomes that 400."""
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            responses = operation.get("responses", {})
+            if responses.pop("422", None) is not None:
+                responses["400"] = {"description": "Invalid request (the message names the field)",
+                                    "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema.get("components", {}).get("schemas", {}).pop(name, None)
+    return schema

@@ -14,6 +14,7 @@ from encoderrt.server.responses import JSONResponse
 
 router = APIRouter(tags=["Operations"])
 DOCS_ASSETS = "/docs-assets"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @router.get("/health")
@@ -26,9 +27,10 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses={200: {
+    "description": "Prometheus text exposition format", "content": {PROMETHEUS: {"schema": {"type": "string"}}}}})
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(request.app.state.metrics.render(), media_type=PROMETHEUS)
 
 
 def mount_docs(app: FastAPI) -> None:

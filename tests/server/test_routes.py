@@ -255,3 +255,23 @@ def test_a_named_model_of_the_wrong_task_is_refused_on_every_dialect(path, body,
     response = client.post(path, json=body)
     assert response.status_code == 400
     assert f"is a {task} model and cannot answer {verb}" in response.json()["error"]["message"]
+
+
+def test_openapi_describes_what_the_server_sends(client):
+    spec = client.get("/openapi.json").json()
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert "422" not in operation["responses"], (method, path)  # invalid bodies are 400s here
+            if method == "post":
+                error = operation["responses"]["400"]["content"]["application/json"]["schema"]
+                assert error["properties"]["error"]["required"] == ["message", "type", "code"]
+    invalid = client.post("/v1/embeddings", json={"input": 3.5})
+    assert invalid.status_code == 400 and set(invalid.json()["error"]) == {"message", "type", "code"}
+    metrics = spec["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert list(metrics) == [client.get("/metrics").headers["content-type"]]
+
+
+def test_a_wrong_method_is_405_with_allow(client):
+    response = client.get("/v1/embeddings")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json()["error"]["message"] == "GET is not allowed on /v1/embeddings; it takes POST"
