@@ -98,7 +98,7 @@ def list_entries(root: Path | None = None) -> list[CacheEntry]:
         if folder.name.startswith(".") or not folder.is_dir():
             continue
         try:
-            manifest = read_manifest(folder)
+            manifest = read_manifest(folder, verify_files=False)  # listing needs no hashing of every weight file
             model, built = str(manifest.source.get("name")), f"{manifest.task}, {manifest.precision} on {manifest.target}"
         except ManifestError:
             model, built = "?", "unreadable: clear it"

@@ -59,7 +59,8 @@ def _own_name(path: Path | None) -> str:
         raise ValueError(f"{'model path is not a folder' if path.exists() else 'model folder not found'}: {path}")
     if (path / MANIFEST_NAME).is_file():
         try:
-            return str(read_manifest(path).source.get("name") or path.absolute().name)
+            # only the name is needed now; Engine.load checks every file's hash when it loads the artifact
+            return str(read_manifest(path, verify_files=False).source.get("name") or path.absolute().name)
         except ManifestError as exc:
             raise ValueError(f"{path} is not a usable artifact: {exc}") from None
     config = path / "config.json"
