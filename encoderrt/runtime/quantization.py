@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from encoderrt.runtime.texts import calibration_texts
 
 Precision = Literal["float32", "int8", "uint8", "binary", "ubinary"]
-PRECISIONS: tuple[str, ...] = ("float32", "int8", "uint8", "binary", "ubinary")
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 _STEPS = 255
 
 

@@ -61,8 +61,7 @@ class TextTokenizer:
         self._truncating_left.enable_truncation(max_length, strategy="longest_first", direction="left")
         self._cut_second = _load(path)
         self._cut_second.enable_truncation(max_length, strategy="only_second")
-        self._pair_specials = self._plain.num_special_tokens_to_add(is_pair=True)
-        self.pair_special_tokens = self._pair_specials
+        self.pair_special_tokens = self._plain.num_special_tokens_to_add(is_pair=True)
 
     @lru_cache(maxsize=8)
     def limited(self, max_length: int) -> "TextTokenizer":
@@ -114,7 +113,7 @@ class TextTokenizer:
             query = first_encodings[first]
             if not truncate:
                 tokenizer = self._plain
-            elif len(query.ids) + self._pair_specials < self.max_length:
+            elif len(query.ids) + self.pair_special_tokens < self.max_length:
                 tokenizer = self._cut_second
             else:  # only_second fails when the query leaves no room for even one document token
                 tokenizer = self._truncating
