@@ -1,6 +1,7 @@
-"""A backend wrapper that tests can hold at a gate or make fail, around the real backend."""
+"""A backend wrapper that tests can hold at a gate, slow down or make fail, around the real backend."""
 
 import threading
+import time
 
 import pytest
 
@@ -9,6 +10,10 @@ from encoderrt.runtime import engine as engine_module
 
 class ControlledBackend:
     """Wraps a real backend: can hold a batch at a gate, or fail the next run."""
+
+    seconds_per_token = 0.0
+    """Each run takes at least this per real token: a known throughput, whatever the machine (set it on the class
+    before Engine.load, and the load-time throughput measurement sees it too)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -21,12 +26,12 @@ class ControlledBackend:
         self.entered = threading.Event()
         self.fail_next = False
         self.batches: list[tuple[int, int]] = []
-        self._checked = False
 
     def run(self, feeds):
-        if not self._checked:  # Engine.load's one check of the graph (runtime/calibration.check_graph) is not a batch
-            self._checked = True
-            return self.inner.run(feeds)
+        if self.seconds_per_token:
+            time.sleep(float(feeds["attention_mask"].sum()) * self.seconds_per_token)
+        if not threading.current_thread().name.startswith("encoderrt-batcher"):
+            return self.inner.run(feeds)  # Engine.load's own runs (graph check, throughput measurement) are no batch
         self.batches.append(feeds["input_ids"].shape)
         self.entered.set()
         assert self.gate.wait(30), "test gate never opened"

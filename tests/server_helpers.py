@@ -4,10 +4,13 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import uvicorn
 
 from encoderrt import Engine
+from encoderrt.server import ServerSettings
+from encoderrt.server.connections import uvicorn_config
 from encoderrt.server.registry import ModelRegistry
 
 
@@ -18,10 +21,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(app):
-    """A real uvicorn server on a free loopback port, in a thread; yields its base URL."""
+def running_server(app, settings: ServerSettings | None = None):
+    """A real uvicorn server on a free loopback port, in a thread, configured as `encoderrt serve` configures it
+    (with `settings`' connection limits); yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    settings = replace(settings or ServerSettings(), host="127.0.0.1", port=port)
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

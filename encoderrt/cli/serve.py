@@ -26,8 +26,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every API route")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N", help="token budget (default: calibrated)")
     parser.add_argument("--max-queue", type=int, default=8192, metavar="N", help="items waiting per model before 429")
+    parser.add_argument("--max-queue-seconds", type=float, default=5.0, metavar="S",
+                        help="work waiting per model, in seconds at the measured throughput, before 429 ('inf': no limit)")
     parser.add_argument("--max-client-batch-size", type=int, default=512, metavar="N", help="most items per request")
     parser.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N")
+    parser.add_argument("--max-header-bytes", type=int, default=32 * 1024, metavar="N",
+                        help="largest request head (request line and headers); above it, 431")
+    parser.add_argument("--max-connections", type=int, default=512, metavar="N",
+                        help="open connections at most; a request on one above it gets 503 with Retry-After")
+    parser.add_argument("--request-read-timeout", type=float, default=30.0, metavar="S",
+                        help="a request's head, then its body, must each arrive within S seconds; otherwise 408")
+    parser.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
+                        help="idle keep-alive connections close after S seconds (set it above a load balancer's)")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="S",
                         help="on SIGTERM, how long in-flight requests may finish; those still running get a 503")
 
@@ -36,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from encoderrt.runtime.config import EngineConfig
     from encoderrt.server.loading import ModelSpec, plan_models
     from encoderrt.server.runner import run_server
-    from encoderrt.server.settings import ServerSettings
+    from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
     console = common.console()
     # the bundled model by its name, unless a folder of that name is here
@@ -51,10 +61,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
+                              max_queue_seconds=args.max_queue_seconds,
                               long_inputs=args.long_inputs)
+        connections = ConnectionLimits(max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
+                                       read_timeout_s=args.request_read_timeout, keep_alive_s=args.keep_alive_timeout)
         settings = ServerSettings(host=args.host, port=args.port, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                                   max_client_batch_size=args.max_client_batch_size, engine=engine,
-                                  graceful_shutdown_s=args.shutdown_timeout)
+                                  connections=connections, graceful_shutdown_s=args.shutdown_timeout)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         return 2

@@ -29,26 +29,20 @@ class Calibration:
     max_batch_tokens: int
     measurements: tuple[tuple[int, float, float], ...]
     """(budget, tokens per second, batch latency in ms) for each budget tried."""
+    tokens_per_second: float
+    """At the chosen budget (or the nearest tried): how fast a deep queue drains."""
 
 
 def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, latency_cap_ms: float) -> Calibration:
     """Budgets past the backend's own limit (an engine's profiles) are not tried."""
     limit = backend.max_batch_tokens
     candidates = [b for b in CANDIDATE_BUDGETS if limit is None or b <= limit] or [limit]
-    length = min(ROW_LENGTH, max_length)
-    rng = np.random.default_rng(0)
-    ids = [1] + rng.integers(100, max(101, vocab_size - 1), size=length - 2).tolist() + [2]
-    row = Tokens(ids, [0] * length)
     measurements: list[tuple[int, float, float]] = []
     for budget in candidates:
         if budget < max_length and measurements:
             continue
-        rows = max(1, budget // length)
-        feeds = pad([row] * rows)
-        backend.run(feeds)  # warm-up: first run of a shape allocates
-        latency = min(_timed(backend, feeds) for _ in range(2))
-        measurements.append((budget, rows * length / latency, latency * 1000))
-        if latency * 1000 > latency_cap_ms:
+        measurements.append(_measure(backend, pad, budget, max_length, vocab_size))
+        if measurements[-1][2] > latency_cap_ms:
             break
     within_cap = [m for m in measurements if m[2] <= latency_cap_ms] or measurements[:1]
     chosen = within_cap[0]
@@ -56,7 +50,25 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
         if candidate[1] >= chosen[1] * WORTH_IT:
             chosen = candidate
     budget = max(chosen[0], max_length)
-    return Calibration(budget if limit is None else min(budget, limit), tuple(measurements))
+    return Calibration(budget if limit is None else min(budget, limit), tuple(measurements), chosen[1])
+
+
+def measure_budget(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> Calibration:
+    """A budget the user chose, measured the same way, so admission knows how fast a full queue drains."""
+    measurement = _measure(backend, pad, budget, max_length, vocab_size)
+    return Calibration(budget, (measurement,), measurement[1])
+
+
+def _measure(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> tuple[int, float, float]:
+    """(budget, tokens per second, batch latency in ms) of a batch of passage-length rows filling `budget`."""
+    length = min(ROW_LENGTH, max_length)
+    rng = np.random.default_rng(0)
+    ids = [1] + rng.integers(100, max(101, vocab_size - 1), size=length - 2).tolist() + [2]
+    rows = max(1, budget // length)
+    feeds = pad([Tokens(ids, [0] * length)] * rows)
+    backend.run(feeds)  # warm-up: first run of a shape allocates
+    latency = min(_timed(backend, feeds) for _ in range(2))
+    return budget, rows * length / latency, latency * 1000
 
 
 def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int, vocab_size: int) -> None:

@@ -14,6 +14,9 @@ class EngineConfig:
     """How long a shallow queue waits for company before running a small batch."""
     max_queue_items: int = 8192
     """Rows waiting at most; past it new work fails at once with Overloaded."""
+    max_queue_seconds: float = 5.0
+    """Work waiting at most, in seconds at the measured throughput; past it new work fails at once with Overloaded
+    (runtime/admission.py). Bounds latency under overload, and the time to recover after it."""
     sessions: int = 1
     """Parallel backend instances, each with cores / sessions threads (1 measured best on 2 cores)."""
     intra_op_threads: int = 0
@@ -30,6 +33,8 @@ class EngineConfig:
             raise ValueError(f"max_batch_tokens must be positive, got {self.max_batch_tokens}")
         if self.max_queue_items < 1:
             raise ValueError(f"max_queue_items must be positive, got {self.max_queue_items}")
+        if not self.max_queue_seconds > 0:
+            raise ValueError(f"max_queue_seconds must be above 0, got {self.max_queue_seconds}")
         if self.sessions < 1:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
         if self.long_inputs not in ("truncate", "chunk"):

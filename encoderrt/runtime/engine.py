@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from encoderrt.runtime.admission import Admission
 from encoderrt.runtime.backends import BackendOptions, load_backend
-from encoderrt.runtime.calibration import Calibration, calibrate, check_graph
+from encoderrt.runtime.calibration import calibrate, check_graph, measure_budget
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.planner import Plan, Planner
@@ -94,7 +95,6 @@ class Engine:
         per_session = BackendOptions(max(1, threads // config.sessions))
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]
         check_graph(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.output_dim, manifest.shape.vocab_size)
-        calibration: Calibration | None = None
         budget, limit = config.max_batch_tokens, backends[0].max_batch_tokens
         if budget is not None and limit is not None and budget > limit:
             raise ValueError(f"max_batch_tokens {budget} is more than this engine was built for ({limit}); "
@@ -103,7 +103,13 @@ class Engine:
             calibration = calibrate(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.vocab_size,
                                     config.calibration_latency_ms)
             budget = calibration.max_batch_tokens
-        self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, config.max_queue_items, self.stats)
+        else:
+            calibration = measure_budget(backends[0], self._tokenizer.pad, budget, manifest.max_length,
+                                         manifest.shape.vocab_size)
+        workers = sum(b.parallel_runs for b in backends)
+        admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, workers,
+                              calibration.tokens_per_second)
+        self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self._planner = Planner(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
                                 config.long_inputs == "chunk")
@@ -124,8 +130,8 @@ class Engine:
             execution=backends[0].execution,
             max_batch_tokens=budget,
             sessions=config.sessions,
-            parallel_runs=sum(b.parallel_runs for b in backends),
-            calibration=calibration.measurements if calibration else (),
+            parallel_runs=workers,
+            calibration=calibration.measurements,
         )
 
     @classmethod

@@ -21,7 +21,11 @@ class InputTooLong(InvalidRequest):
 
 
 class Overloaded(EngineError):
-    """The queue is full: retry later (HTTP 429). Raised at once, never after a wait."""
+    """The queue is full: retry later (HTTP 429 with Retry-After). Raised at once, never after a wait."""
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class InferenceFailed(EngineError):

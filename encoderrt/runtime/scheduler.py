@@ -6,7 +6,8 @@ form batches under a padded-token budget (waiting up to max_wait for company onl
 requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
 similar length run together, and always running the batch that holds the oldest row so that
 nothing starves. Identical rows are computed once, whoever asked for them. A row whose every
-caller has gone (cancelled or failed Future) is dropped before it runs.
+caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
+runtime/admission.py's call (items waiting, and seconds of work at the measured throughput).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from encoderrt.runtime.admission import Admission
 from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
 from encoderrt.runtime.stats import EngineStats
@@ -99,13 +101,13 @@ class Scheduler:
         pad: Padder,
         max_batch_tokens: int,
         max_wait_ms: float,
-        max_queue_items: int,
+        admission: Admission,
         stats: EngineStats,
     ):
         self.max_batch_tokens = max_batch_tokens
         self._pad = pad
         self._max_wait = max_wait_ms / 1000
-        self._max_queue_items = max_queue_items
+        self.admission = admission
         self._stats = stats
         self._rows: dict[tuple[tuple[int, ...], tuple[int, ...]], _Row] = {}  # arrival order
         self._pending_items = 0
@@ -129,14 +131,16 @@ class Scheduler:
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
-        if len(rows) > self._max_queue_items:
-            raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self._max_queue_items} items)")
+        if len(rows) > self.admission.max_items:
+            raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self.admission.max_items} items)")
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
-            if self._pending_items + len(rows) > self._max_queue_items:
+            try:
+                self.admission.check(self._pending_items, self._pending_tokens, len(rows))
+            except Overloaded:
                 self._stats.add(overloaded=1)
-                raise Overloaded(f"the engine's queue is full ({self._pending_items} items waiting); retry later")
+                raise
             now = time.perf_counter()
             gap = now - self._last_arrival
             self._arrival_gap = gap if self._arrival_gap == float("inf") else 0.7 * self._arrival_gap + 0.3 * gap
@@ -246,12 +250,9 @@ class Scheduler:
                 for ticket, _ in row.consumers:
                     _settle(ticket.future, error=error)
             return
-        self._stats.add(
-            batches=1,
-            batch_rows=len(rows),
-            real_tokens=sum(len(t.ids) for t in tokens),
-            padded_tokens=len(rows) * width,
-        )
+        real_tokens = sum(len(t.ids) for t in tokens)
+        self.admission.observe(real_tokens, len(rows) * width, time.perf_counter() - started)
+        self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=len(rows) * width)
         for row, output in zip(rows, outputs):
             for ticket, index in row.consumers:
                 ticket.deliver(index, output)

@@ -14,15 +14,17 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
+from pydantic import ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import EmbedRequest, Truncation
 from encoderrt.server import common
+from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.registry import ServedModel
-from encoderrt.server.schemas import RequestBody
+from encoderrt.server.schemas import NonEmpty, RequestBody, requires_one_of
 
-router = APIRouter(tags=["Cohere"])
+router = APIRouter(tags=["Cohere"], route_class=BodyRoute)
 
 INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {
     "search_query": ("search_query", "query"),
@@ -36,9 +38,11 @@ EMBEDDING_TYPES = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 
 
 class CohereEmbedBody(RequestBody):
+    model_config = ConfigDict(json_schema_extra=requires_one_of(("texts",), ("inputs",)))
+
     model: str | None = None
-    texts: list[str] | None = None
-    inputs: list[dict[str, Any]] | None = None
+    texts: NonEmpty[str] | None = None
+    inputs: NonEmpty[dict[str, Any]] | None = None
     """v2: [{"content": [{"type": "text", "text": ...}]}]; only text content is embedded here."""
     images: list[str] | None = None
     input_type: str | None = None

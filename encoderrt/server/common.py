@@ -17,6 +17,7 @@ from encoderrt.runtime.requests import Completion, Truncation
 from encoderrt.server.errors import PayloadTooLarge
 from encoderrt.server.registry import ModelRegistry, ServedModel
 from encoderrt.server.responses import JSONResponse
+from encoderrt.server.schemas import NonEmpty
 from encoderrt.server.settings import ServerSettings
 
 
@@ -41,7 +42,7 @@ def check_items(request: Request, items: Sequence[Any], field: str) -> None:
         raise PayloadTooLarge(f"{field} has {len(items)} items, above this server's limit of {limit} (--max-client-batch-size)")
 
 
-TextOrTokenInput = str | list[str] | list[int] | list[list[int]]
+TextOrTokenInput = str | NonEmpty[str] | NonEmpty[int] | NonEmpty[list[int]]
 """OpenAI's `input`: a text, texts, one token-id list or several."""
 
 

@@ -52,18 +52,24 @@ ERROR_TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     500: "internal_error",
     503: "service_unavailable",
 }
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def error_body(status: int, message: str) -> dict:
     # a message may quote client text: whatever it holds, the reply is valid JSON (a lone surrogate shows escaped)
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-    body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"), "code": status}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "error"), "code": status}}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(error_body(status, message), status_code=status, headers=headers)
 
 
 def status_of(error: Exception) -> int:
@@ -86,7 +92,7 @@ def _validation_message(error: RequestValidationError) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, error: Exception) -> Response:
         status = status_of(error)
-        headers = {"Retry-After": "1"} if status == 429 else None
+        headers = {"Retry-After": str(getattr(error, "retry_after_s", 1))} if status == 429 else None
         return error_response(status, str(error), headers)
 
     async def on_validation_error(request: Request, error: RequestValidationError) -> Response:
@@ -117,15 +123,32 @@ ERROR_SCHEMA = {
 }
 
 
+ERRORS_DOCUMENTED = {
+    400: "Invalid request: the message names the field or the rule",
+    401: "Missing or wrong API key (when the server has one)",
+    404: "No such model, or no model of this kind, is served",
+    408: "The request body did not arrive within --request-read-timeout",
+    413: "Body or item count above the server's limits",
+    415: "A Content-Encoding other than gzip or deflate",
+    429: "The model's queue is full; Retry-After says when to retry",
+    500: "A batch failed; the server log has the cause",
+    503: "Models are loading, the server is shutting down, or it is at --max-connections",
+}
+BODY_ERRORS = (400, 408, 413, 415)
+
+
 def describe_errors(schema: dict) -> dict:
     """The OpenAPI document as the server answers: FastAPI documents a 422 for invalid bodies, this server sends
-    400 in OpenAI's error shape (install_error_handlers), so every operation's 422 becomes that 400."""
+    400 in OpenAI's error shape (install_error_handlers); every operation lists the errors it can answer."""
+    error = {"content": {"application/json": {"schema": ERROR_SCHEMA}}}
     for path in schema.get("paths", {}).values():
         for operation in path.values():
-            responses = operation.get("responses", {})
-            if responses.pop("422", None) is not None:
-                responses["400"] = {"description": "Invalid request (the message names the field)",
-                                    "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status, description in ERRORS_DOCUMENTED.items():
+                if status in BODY_ERRORS and "requestBody" not in operation:
+                    continue
+                responses.setdefault(str(status), {"description": description, **error})
     for name in ("HTTPValidationError", "ValidationError"):
         schema.get("components", {}).get("schemas", {}).pop(name, None)
     return schema

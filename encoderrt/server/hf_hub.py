@@ -22,15 +22,16 @@ from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.postprocess import ACTIVATIONS, check_count
 from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
 from encoderrt.server import common, tei
+from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
-from encoderrt.server.schemas import RequestBody
+from encoderrt.server.schemas import NonEmpty, RequestBody
 
-router = APIRouter(tags=["TEI (huggingface_hub)"])
+router = APIRouter(tags=["TEI (huggingface_hub)"], route_class=BodyRoute)
 
 
 class SimilarityInputs(RequestBody):
     source_sentence: str
-    sentences: list[str]
+    sentences: NonEmpty[str]
 
 
 class SimilarityBody(RequestBody):
@@ -44,7 +45,7 @@ class ClassificationParameters(RequestBody):
 
 
 class ClassificationBody(RequestBody):
-    inputs: str | list[str]
+    inputs: str | NonEmpty[str]
     parameters: ClassificationParameters = ClassificationParameters()
     truncate: bool = False
 

@@ -35,11 +35,12 @@ log = logging.getLogger("encoderrt.server")
 
 
 class ServerMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None, max_body_bytes: int, body_timeout_s: float):
         self.app = app
         self.metrics = metrics
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,16 +99,26 @@ class ServerMiddleware:
         return None
 
     def _limited(self, receive: Receive) -> Receive:
-        """Count streamed (chunked) bodies too; past the limit the route sees PayloadTooLarge."""
+        """Count streamed (chunked) bodies too, and time them: past the size limit the route sees a 413, past the
+        read timeout (a body trickled in to hold the connection) a 408. Once the body is in, receive is untimed."""
         received = 0
+        deadline = time.monotonic() + self.body_timeout_s
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                # HTTPExceptions, since FastAPI turns anything else raised while reading the body into a 400
+                raise HTTPException(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                    "(--request-read-timeout)") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_body_bytes:
-                    # an HTTPException, since FastAPI turns anything else raised while reading the body into a 400
                     raise HTTPException(413, f"request body is above the limit of {self.max_body_bytes} bytes")
             return message
 

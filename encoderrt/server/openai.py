@@ -11,10 +11,11 @@ from starlette.responses import Response
 
 from encoderrt.runtime.requests import EmbedRequest
 from encoderrt.server import common
+from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
 from encoderrt.server.schemas import RequestBody
 
-router = APIRouter(tags=["OpenAI"])
+router = APIRouter(tags=["OpenAI"], route_class=BodyRoute)
 
 
 class EmbeddingsBody(RequestBody):

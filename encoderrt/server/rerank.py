@@ -13,10 +13,11 @@ from starlette.responses import Response
 
 from encoderrt.runtime.requests import RerankRequest
 from encoderrt.server import common
-from encoderrt.server.schemas import RequestBody
+from encoderrt.server.bodies import BodyRoute
+from encoderrt.server.schemas import NonEmpty, RequestBody
 from encoderrt.server.tei import TEIRerankBody, rerank_tei
 
-router = APIRouter(tags=["Rerank"])
+router = APIRouter(tags=["Rerank"], route_class=BodyRoute)
 
 
 class DocumentObject(RequestBody):
@@ -26,7 +27,7 @@ class DocumentObject(RequestBody):
 class RerankBody(RequestBody):
     model: str | None = None
     query: str
-    documents: list[str | DocumentObject]
+    documents: NonEmpty[str | DocumentObject]
     top_n: int | None = None
     return_documents: bool = True
     truncate_prompt_tokens: int | None = None

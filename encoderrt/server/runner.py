@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from encoderrt.server.app import create_app
+from encoderrt.server.connections import uvicorn_config
 from encoderrt.server.loading import PlannedModel, load_models
 from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
@@ -46,15 +47,7 @@ def run_server(settings: ServerSettings, models: list[PlannedModel]) -> int:
 
     app = create_app(settings, registry, load=lambda: load_models(models, settings.engine, registry),
                      on_load_failure=on_load_failure)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        access_log=False,
-        log_level="info",
-        timeout_graceful_shutdown=settings.graceful_shutdown_s,  # type: ignore[arg-type]
-    )
-    server = _Server(config)
+    server = _Server(uvicorn_config(app, settings, access_log=False, log_level="info"))
     server.run()
     cut_off = app.state.metrics.cut_off_requests
     if cut_off:

@@ -5,9 +5,9 @@ which the tokenizer and every JSON encoder refuse; here it is a 400 naming the f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -45,3 +45,21 @@ def _lone_surrogate(value: Any, path: str) -> tuple[str, int] | None:
             if found:
                 return found
     return None
+
+
+T = TypeVar("T")
+
+
+def _non_empty(schema: dict[str, Any]) -> None:
+    schema["minItems"] = 1
+
+
+NonEmpty = Annotated[list[T], Field(json_schema_extra=_non_empty)]
+"""A list the route refuses when empty (common.check_items, with its own message): documented as minItems 1, so
+the OpenAPI document says what the server does."""
+
+
+def requires_one_of(*groups: tuple[str, ...]) -> dict[str, Any]:
+    """OpenAPI for a rule a route checks in code: one of these groups of fields is given, each not null."""
+    return {"anyOf": [{"required": list(group), "properties": {name: {"not": {"type": "null"}} for name in group}}
+                      for group in groups]}

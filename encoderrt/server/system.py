@@ -10,9 +10,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import HTMLResponse, Response
 
 from encoderrt.server import common
+from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
 
-router = APIRouter(tags=["Operations"])
+router = APIRouter(tags=["Operations"], route_class=BodyRoute)
 DOCS_ASSETS = "/docs-assets"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 

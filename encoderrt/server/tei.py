@@ -18,15 +18,16 @@ from encoderrt.runtime.requests import (
     as_texts,
 )
 from encoderrt.server import common
-from encoderrt.server.schemas import RequestBody
+from encoderrt.server.bodies import BodyRoute
+from encoderrt.server.schemas import NonEmpty, RequestBody
 
-router = APIRouter(tags=["TEI"])
+router = APIRouter(tags=["TEI"], route_class=BodyRoute)
 
 
 class EmbedBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
-    inputs: str | list[str]
+    inputs: str | NonEmpty[str]
     normalize: bool = True
     truncate: bool = False
     dimensions: int | None = None
@@ -39,7 +40,7 @@ class EmbedBody(RequestBody):
 class EmbedSparseBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
-    inputs: str | list[str]
+    inputs: str | NonEmpty[str]
     truncate: bool = False
     top_k: int | None = None
     """encoderrt extension: only the k heaviest tokens of each vector."""
@@ -48,7 +49,7 @@ class EmbedSparseBody(RequestBody):
 class PredictBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
-    inputs: str | list[str] | list[list[str]]
+    inputs: str | NonEmpty[str] | NonEmpty[list[str]]
     raw_scores: bool = False
     truncate: bool = False
 
@@ -57,7 +58,7 @@ class TEIRerankBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     query: str
-    texts: list[str]
+    texts: NonEmpty[str]
     raw_scores: bool = False
     return_text: bool = False
     truncate: bool = False

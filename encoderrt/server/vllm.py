@@ -7,15 +7,17 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
+from pydantic import ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, ScoreRequest, as_texts, pair_texts
 from encoderrt.server import common
+from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
-from encoderrt.server.schemas import RequestBody
+from encoderrt.server.schemas import NonEmpty, RequestBody, requires_one_of
 
-router = APIRouter(tags=["vLLM"])
+router = APIRouter(tags=["vLLM"], route_class=BodyRoute)
 
 
 Texts = str | list[str] | None
@@ -24,6 +26,8 @@ _PAIRINGS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"
 
 
 class ScoreBody(RequestBody):
+    model_config = ConfigDict(json_schema_extra=requires_one_of(*_PAIRINGS))
+
     model: str | None = None
     text_1: Texts = None
     text_2: Texts = None
@@ -48,11 +52,13 @@ class ScoreBody(RequestBody):
 
 class ClassifyBody(RequestBody):
     model: str | None = None
-    input: str | list[str]
+    input: str | NonEmpty[str]
     truncate_prompt_tokens: int | None = None
 
 
 class PoolingBody(RequestBody):
+    model_config = ConfigDict(json_schema_extra=requires_one_of(("input",)))
+
     model: str | None = None
     input: common.TextOrTokenInput | None = None
     messages: list[Any] | None = None

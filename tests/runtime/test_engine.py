@@ -1,7 +1,6 @@
 """Engine behaviour: parity through the scheduler, concurrency, batching, cancellation, overload, errors."""
 
 import asyncio
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

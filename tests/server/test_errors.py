@@ -1,7 +1,10 @@
 """Every error case with its status code and OpenAI-style body; the server keeps serving afterwards."""
 
+import gzip
+import json
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -58,22 +61,42 @@ def test_too_many_items_is_413(client):
 
 
 @pytest.mark.parametrize(
-    "content",
+    ("content", "message"),
     [
-        b'{"model": "minilm", "input": "x"',  # malformed JSON
-        b'{"model": "minilm", "input": "\xff\xfe"}',  # invalid UTF-8
-        b'{"model": "minilm", "input": "x", "dimensions": NaN}',
-        b'{"model": "minilm", "input": "x", "dimensions": 1e999}',
-        b'{"model": "minilm", "input": ' + b"[" * 50000 + b"]" * 50000 + b"}",  # deeply nested
-        b"[1, 2, 3]",
-        b"",
+        (b'{"model": "minilm", "input": "x"', "not valid JSON: unexpected end of data at line 1 column 33"),
+        (b'{"model": "minilm", "input": "\xff\xfe"}', "not valid UTF-8 (byte 30)"),
+        (b'{"model": "minilm", "input": "x",}', "not valid JSON: trailing comma is not allowed at line 1 column 33"),
+        (b'{"model": "minilm", "input": "x", "dimensions": NaN}', "dimensions"),
+        (b'{"model": "minilm", "input": "x", "dimensions": 1e999}', "dimensions"),
+        (b'{"model": "minilm", "input": ' + b"[" * 50000 + b"]" * 50000 + b"}", "nested too deeply"),
+        (b"[1, 2, 3]", "body"),
+        (b"", "body"),
+        (b"   ", "the body is empty"),
     ],
 )
-def test_hostile_bodies_are_4xx(client, content):
+def test_hostile_bodies_are_400_naming_the_problem(client, content, message):
     response = client.post("/v1/embeddings", content=content, headers={"content-type": "application/json"})
-    assert 400 <= response.status_code < 500, (response.status_code, response.text[:200])
-    assert "error" in response.json()
+    error = assert_error(response, 400, message)
+    assert "There was an error parsing the body" not in error["message"] and "JSON decode error" not in error["message"]
     assert client.get("/health").status_code == 200
+
+
+def test_compressed_bodies_are_read_and_bombs_refused(client):
+    body = json.dumps({"model": "minilm", "input": ["compressed", "bodies"]}).encode()
+    plain = client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"}).json()
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        reply = client.post("/v1/embeddings", content=data,
+                            headers={"content-type": "application/json", "content-encoding": encoding})
+        assert reply.status_code == 200 and reply.json()["data"] == plain["data"]
+    bomb = gzip.compress(b'{"input": "' + b"a" * 50_000_000 + b'"}')  # 50 MB from ~50 kB
+    assert len(bomb) < 100_000
+    assert_error(client.post("/v1/embeddings", content=bomb, headers={"content-encoding": "gzip"}), 413,
+                 "decompressed request body is above the limit")
+    assert_error(client.post("/v1/embeddings", content=gzip.compress(body)[:-10], headers={"content-encoding": "gzip"}),
+                 400, "gzip body is truncated")
+    assert_error(client.post("/v1/embeddings", content=b"not gzip", headers={"content-encoding": "gzip"}), 400,
+                 "not valid gzip data")
+    assert_error(client.post("/v1/embeddings", content=body, headers={"content-encoding": "br"}), 415, "'br' is not supported")
 
 
 def test_body_size_limit(minilm_fp32):

@@ -1,7 +1,6 @@
 """huggingface_hub's InferenceClient, unmodified, against a real server: it posts every task to the base URL."""
 
 import httpx
-import numpy as np
 import pytest
 
 from artifact_runner import cosine_rows

@@ -1,6 +1,5 @@
 """Hostile and malformed input: always a 4xx in our error shape with a request id, never a 500 or a stalled loop."""
 
-import json
 import threading
 import time
 

@@ -1,0 +1,103 @@
+"""The HTTP protocol under the app: uvicorn's httptools protocol with the limits it lacks.
+
+uvicorn buffers a request head of any size, keeps a connection whose request trickles in a byte at a time open
+for ever (its keep-alive timer restarts on every byte, and a new connection that sends nothing has none), and
+accepts connections without bound. Here a head above `max_header_bytes` is answered 431, a head not received
+within `read_timeout_s` 408 (the body's own deadline is the middleware's, which owns the body), and a request on a
+connection above `max_connections` 503 with Retry-After. Every answer is the API's JSON error, then the connection
+closes. Malformed HTTP gets that JSON shape too, where uvicorn sends plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from http import HTTPStatus
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from encoderrt.server.errors import error_body, error_response
+from encoderrt.server.settings import ConnectionLimits, ServerSettings
+
+log = logging.getLogger("encoderrt.server")
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """One per connection, made by uvicorn; `limits` is set on the subclass `protocol_for` makes."""
+
+    limits: ConnectionLimits = ConnectionLimits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._awaiting_head = True
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()  # a new connection that sends nothing is held no longer than a slow one
+        if len(self.connections) > self.limits.max_connections:
+            log.warning("refusing a request: %d connections are open (--max-connections %d)",
+                        len(self.connections), self.limits.max_connections)
+            self.app = error_response(503, f"the server has {self.limits.max_connections} connections open, its limit; "
+                                      "retry shortly", {"Retry-After": "1", "Connection": "close"})
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._awaiting_head:  # counted before parsing: httptools itself buffers a header of any length
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._awaiting_head and self._head_bytes > self.limits.max_header_bytes and not self.transport.is_closing():
+            self._answer_and_close(431, f"the request head is above the limit of {self.limits.max_header_bytes} bytes "
+                                   "(--max-header-bytes)")
+
+    # parser callbacks: a head begins, completes; the next one may follow on the same connection
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_head_timer()
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_head = False
+        self._head_bytes = 0
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._awaiting_head = True
+
+    def send_400_response(self, msg: str) -> None:
+        self._answer_and_close(400, f"malformed HTTP request: {msg}")
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.read_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._awaiting_head and not self.transport.is_closing():
+            self._answer_and_close(408, f"the request head did not arrive within {self.limits.read_timeout_s:g} s "
+                                   "(--request-read-timeout)")
+
+    def _answer_and_close(self, status: int, message: str) -> None:
+        body = json.dumps(error_body(status, message)).encode()
+        head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+        self.transport.write(head + body)
+        self.transport.close()
+
+
+def uvicorn_config(app: object, settings: ServerSettings, **options: object) -> uvicorn.Config:
+    """The one uvicorn configuration `encoderrt serve` (and a test's server) runs with."""
+    protocol = type("LimitedHttpProtocol", (LimitedHttpProtocol,), {"limits": settings.connections})
+    return uvicorn.Config(app, host=settings.host, port=settings.port, http=protocol,  # type: ignore[arg-type]
+                          timeout_keep_alive=settings.connections.keep_alive_s,  # type: ignore[arg-type]
+                          timeout_graceful_shutdown=settings.graceful_shutdown_s,  # type: ignore[arg-type]
+                          **options)  # type: ignore[arg-type]

@@ -1,0 +1,130 @@
+"""What one client may hold of the server: head size, read time, connections, idle keep-alive (over raw sockets,
+as a hostile client sends them)."""
+
+import json
+import socket
+import time
+
+import httpx
+import pytest
+
+from encoderrt import Engine
+from encoderrt.server import ServerSettings, create_app
+from encoderrt.server.settings import ConnectionLimits
+from server_helpers import ready_registry, running_server
+
+LIMITS = ConnectionLimits(max_header_bytes=4096, max_connections=4, read_timeout_s=1.0, keep_alive_s=0.5)
+
+
+@pytest.fixture(scope="module")
+def limited(tiny_artifacts):
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512)
+    settings = ServerSettings(connections=LIMITS)
+    with running_server(create_app(settings, ready_registry(st=engine)), settings) as url:
+        host, port = url.removeprefix("http://").split(":")
+        yield url, (host, int(port))
+    engine.close()
+
+
+def _connect(address):
+    sock = socket.create_connection(address, timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _read_all(sock) -> bytes:
+    """Everything the server sends until it closes the connection (a timeout fails the test: it kept it open)."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(raw: bytes) -> tuple[int, dict[str, str], dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+def _post(body: bytes, path: str = "/embed") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            .encode() + body)
+
+
+def test_a_head_above_the_limit_is_a_431_and_the_connection_closes(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-padding: " + b"a" * 64 * 1024)  # never finished
+        status, headers, body = _parse(_read_all(sock))
+    assert status == 431 and headers["connection"] == "close"
+    assert "4096 bytes" in body["error"]["message"] and "--max-header-bytes" in body["error"]["message"]
+    # a head just under the limit is served
+    under = httpx.get(f"{limited[0]}/health", headers={"x-padding": "a" * 3000})
+    assert under.status_code == 200
+
+
+def test_a_trickled_head_is_a_408_after_the_read_timeout(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        start = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        for _ in range(4):  # a byte every 0.2 s restarts uvicorn's own keep-alive timer; not this one
+            time.sleep(0.2)
+            sock.sendall(b"x")
+        status, headers, body = _parse(_read_all(sock))
+        elapsed = time.monotonic() - start
+    assert status == 408 and "--request-read-timeout" in body["error"]["message"]
+    assert 0.9 < elapsed < 3, elapsed
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_read_timeout(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        start = time.monotonic()
+        status, _, _ = _parse(_read_all(sock))
+        assert status == 408 and 0.9 < time.monotonic() - start < 3
+
+
+def test_a_trickled_body_is_a_408_with_the_request_id(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        request = _post(b'{"inputs": ["' + b"a" * 100 + b'"]}')
+        sock.sendall(request[:-20])  # the head and most of the body; the rest never comes
+        status, headers, body = _parse(_read_all(sock))
+    assert status == 408 and "request body" in body["error"]["message"] and headers.get("x-request-id")
+
+
+def test_requests_above_the_connection_limit_get_503_then_are_served_again(limited):
+    url, address = limited
+    held = [_connect(address) for _ in range(LIMITS.max_connections)]
+    try:
+        time.sleep(0.1)
+        with _connect(address) as extra:
+            extra.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            status, headers, body = _parse(_read_all(extra))
+        assert status == 503 and headers["retry-after"] == "1" and "4 connections" in body["error"]["message"]
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    assert httpx.post(f"{url}/embed", json={"inputs": ["back to normal"]}).status_code == 200
+
+
+def test_an_idle_keep_alive_connection_closes_after_its_timeout(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        first = sock.recv(65536)
+        answered = time.monotonic()
+        assert first.startswith(b"HTTP/1.1 200")
+        assert b"HTTP/1.1" not in _read_all(sock)  # closed, with nothing more said (a split first reply aside)
+        assert 0.4 < time.monotonic() - answered < 2
+
+
+def test_malformed_http_is_a_400_in_the_api_error_shape(limited):
+    _, address = limited
+    with _connect(address) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        status, headers, body = _parse(_read_all(sock))
+    assert status == 400 and body["error"]["message"].startswith("malformed HTTP request")
