@@ -107,8 +107,7 @@ class Engine:
             calibration = measure_budget(backends[0], self._tokenizer.pad, budget, manifest.max_length,
                                          manifest.shape.vocab_size)
         workers = sum(b.parallel_runs for b in backends)
-        admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, workers,
-                              calibration.tokens_per_second)
+        admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self._planner = Planner(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),

@@ -251,7 +251,7 @@ class Scheduler:
                     _settle(ticket.future, error=error)
             return
         real_tokens = sum(len(t.ids) for t in tokens)
-        self.admission.observe(real_tokens, len(rows) * width, time.perf_counter() - started)
+        self.admission.observe(real_tokens, len(rows) * width, time.perf_counter(), more_queued=bool(self._rows))
         self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=len(rows) * width)
         for row, output in zip(rows, outputs):
             for ticket, index in row.consumers:
