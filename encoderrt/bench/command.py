@@ -43,6 +43,9 @@ class BenchOptions:
     """Workload size factor (1.0: 512 queries, 256 passages, 12 rerank lists)."""
     repeat: int = 1
     """Alternating rounds of every measurement; figures are medians over them (report.py)."""
+    url: str | None = None
+    """http mode against a server already serving this model there (Ray Serve's proxy, a load balancer) instead of
+    an `encoderrt serve` the bench starts."""
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> int:
@@ -108,7 +111,8 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes)) + len(references)
     progress = _Progress(console, len(chosen) * options.repeat * per_round)
     with progress, contextlib.ExitStack() as stack:
-        url = stack.enter_context(runners.served(artifact, info.max_batch_tokens)) if "http" in options.modes else None
+        url = options.url or (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
+                              if "http" in options.modes else None)
         for workload in chosen:
             progress.step(f"{workload.name}: warm-up")
             engine.run(workload.requests[0])

@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--texts", type=Path, default=None, metavar="FILE", help="your own texts: one per line, or JSONL")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N")
     parser.add_argument("--scale", type=float, default=1.0, help="workload size factor")
+    parser.add_argument("--url", default=None, metavar="URL",
+                        help="http mode against a server already serving this model at URL (e.g. `encoderrt serve --ray`)")
     parser.add_argument("--repeat", type=int, default=1, metavar="N",
                         help="run each measurement in N alternating rounds; figures are medians over them")
 
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_tokens=args.max_batch_tokens,
         scale=args.scale,
         repeat=args.repeat,
+        url=args.url.rstrip("/") if args.url else None,
     )
     try:
         return run_bench(options, console)

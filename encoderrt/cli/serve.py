@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a request's head, then its body, must each arrive within S seconds; otherwise 408")
     parser.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
                         help="idle keep-alive connections close after S seconds (set it above a load balancer's)")
+    parser.add_argument("--ray", action="store_true",
+                        help="serve replicas on Ray Serve (pip install 'encoderrt[ray]'); see --replicas, --autoscale")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N", help="with --ray: replicas to run")
+    parser.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                        help="with --ray: scale between MIN and MAX replicas on ongoing requests")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="with --ray: the cluster to join (default: RAY_ADDRESS's, or a new local one)")
     parser.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="S",
                         help="on SIGTERM, how long in-flight requests may finish; those still running get a 503")
 
@@ -73,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
              for i, path in enumerate(paths)]
+    if args.ray:
+        return _serve_on_ray(args, console)
     try:  # every path, name and the port are checked before anything compiles or binds
         models = plan_models(specs)
         _check_port(settings.host, settings.port)
@@ -84,6 +93,24 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         return 130
+
+
+def _serve_on_ray(args: argparse.Namespace, console) -> int:
+    try:
+        from encoderrt.deploy import ray as on_ray
+    except ImportError as exc:
+        console.print(f"[red]error:[/] --ray needs Ray Serve: pip install 'encoderrt[ray]' ({exc})")
+        return 2
+    try:
+        options = on_ray.RayAppArgs(models=[str(p) for p in args.models] or [BUNDLED_NAME],
+                                    served_model_names=args.served_model_name, replicas=args.replicas,
+                                    autoscale=args.autoscale, api_key=args.api_key, max_batch_tokens=args.max_batch_tokens)
+        _check_port(args.host, args.port)
+        common.offline_and_quiet()
+        return on_ray.run(options, args.host, args.port, args.ray_address)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        return 2
 
 
 def _check_port(host: str, port: int) -> None:

@@ -1,0 +1,1 @@
+"""Scale-out: encoderrt replicas on an existing distributed engine (ray.py: Ray Serve), never a balancer of our own."""

@@ -1,0 +1,176 @@
+"""encoderrt replicas on Ray Serve, on a local Ray cluster this module starts and stops (loopback only): the same
+answers as sentence-transformers through the real OpenAI and Cohere SDKs, a replica killed under load loses no
+request, and the replica count follows the config."""
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cohere
+import numpy as np
+import openai
+import pytest
+import ray
+from ray import serve
+
+from encoderrt import Engine
+from encoderrt.bench import workloads
+from encoderrt.deploy.ray import RayAppArgs, app, compiled_artifacts, scaling
+from encoderrt.runtime import EngineConfig
+from server_helpers import free_port
+
+APP = "encoderrt"
+TEXTS = workloads.passages(24, seed=15)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def models(minilm_fp32, tiny_artifacts):
+    return {"models": [str(minilm_fp32.path), str(tiny_artifacts["bert-cross-encoder"])],
+            "served_model_names": ["minilm", "reranker"], "cpus_per_replica": 1}
+
+
+@pytest.fixture(scope="module")
+def references(minilm_dir, tiny_models):
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    embeddings = SentenceTransformer(str(minilm_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    scores = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", max_length=64).predict(
+        [("which fox is quick", text) for text in TEXTS[:8]])
+    return embeddings, scores
+
+
+def _deploy(models, replicas: int) -> None:
+    serve.run(app({**models, "replicas": replicas}), name=APP, route_prefix="/")
+    _wait_for_replicas(replicas)
+
+
+def _running_replicas() -> int:
+    status = serve.status().applications[APP].deployments["EncoderReplica"]
+    return status.replica_states.get("RUNNING", 0)
+
+
+def _wait_for_replicas(count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _running_replicas() != count:
+        assert time.monotonic() < deadline, serve.status()
+        time.sleep(0.5)
+
+
+def test_two_replicas_answer_as_sentence_transformers_through_the_sdks(cluster, models, references):
+    _deploy(models, replicas=2)
+    embeddings, scores = references
+    client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused")
+    reply = client.embeddings.create(model="minilm", input=TEXTS)
+    served = np.array([item.embedding for item in reply.data], dtype=np.float32)
+    assert (served * embeddings).sum(1).min() >= 0.99999
+    ranked = cohere.ClientV2(base_url=cluster, api_key="unused").rerank(
+        model="reranker", query="which fox is quick", documents=TEXTS[:8])
+    by_index = {result.index: result.relevance_score for result in ranked.results}
+    np.testing.assert_allclose([by_index[i] for i in range(8)], scores, atol=1e-5)
+    assert [r.index for r in ranked.results] == list(np.argsort(-scores, kind="stable"))
+
+
+def test_a_replica_killed_under_load_loses_no_request(cluster, models, references):
+    _deploy(models, replicas=2)
+    embeddings, _ = references
+    client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=5, timeout=60)
+    results, failures = [], []
+    stop = threading.Event()
+
+    def load(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            picked = rng.choice(len(TEXTS), size=4, replace=False)
+            try:
+                reply = client.embeddings.create(model="minilm", input=[TEXTS[i] for i in picked])
+            except openai.APIError as error:  # a clean, retryable error is allowed; a wrong vector is not
+                failures.append(error)
+                continue
+            results.append((picked, np.array([item.embedding for item in reply.data], dtype=np.float32)))
+
+    clients = [threading.Thread(target=load, args=(seed,)) for seed in range(4)]
+    for thread in clients:
+        thread.start()
+    time.sleep(3)
+    replica = next(actor for actor in ray.util.list_named_actors(all_namespaces=True)
+                   if actor["name"].startswith("SERVE_REPLICA::") and "EncoderReplica" in actor["name"])
+    ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
+    time.sleep(5)
+    stop.set()
+    for thread in clients:
+        thread.join(60)
+    wrong = [picked for picked, vectors in results if (vectors * embeddings[picked]).sum(1).min() < 0.99999]
+    print(f"replica killed under load: {len(results)} answers, {len(wrong)} wrong, {len(failures)} retryable errors")
+    assert results and not wrong, f"{len(wrong)} of {len(results)} answers had wrong vectors"
+    assert all(isinstance(error, openai.APIStatusError) and error.status_code in (502, 503) for error in failures), failures
+    _wait_for_replicas(2)  # Ray replaced the dead replica
+
+
+def test_replicas_follow_the_config(cluster, models):
+    _deploy(models, replicas=1)
+    _deploy(models, replicas=2)  # an in-place update of the running application, as a changed config file does
+    serve.run(app({**models, "autoscale": "1:2"}), name=APP, route_prefix="/")
+    assert 1 <= _running_replicas() <= 2
+
+
+def test_the_autoscaling_target_is_what_one_replica_keeps_busy(models, minilm_fp32):
+    options = RayAppArgs.model_validate({**models, "autoscale": "1:4", "request_tokens": 512, "max_batch_tokens": 1024})
+    config = scaling(options, compiled_artifacts(options), EngineConfig(max_batch_tokens=1024))["autoscaling_config"]
+    with Engine.load(minilm_fp32.path, max_batch_tokens=1024) as engine:
+        streams = engine.info.parallel_runs
+    # two full 1,024-token batches per stream, of 512-token requests
+    assert config["target_ongoing_requests"] == 4 * streams
+    assert (config["min_replicas"], config["max_replicas"]) == (1, 4)
+    assert config["downscale_delay_s"] > config["upscale_delay_s"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"autoscale": "2"}, "MIN:MAX"),
+    ({"autoscale": "3:1"}, "MIN <= MAX"),
+    ({"replicas": 0}, "at least 1"),
+])
+def test_bad_scaling_arguments_name_the_problem(models, args, message):
+    options = RayAppArgs.model_validate({**models, **args})
+    with pytest.raises(ValueError, match=message):
+        scaling(options, [], EngineConfig())
+
+
+def test_unknown_arguments_are_refused():
+    with pytest.raises(ValueError, match="replica_count"):
+        RayAppArgs.model_validate({"models": "a,b", "replica_count": 2})
+    assert RayAppArgs.model_validate({"models": "a,b"}).models == ["a", "b"]
+
+
+@pytest.mark.parametrize("document", ["serve-config.yaml", "kuberay-rayservice.yaml"])
+def test_the_shipped_serve_configs_are_valid_for_ray_and_for_the_builder(document):
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    loaded = yaml.safe_load((Path(__file__).parents[2] / "deploy" / document).read_text())
+    config = yaml.safe_load(loaded["spec"]["serveConfigV2"]) if loaded.get("kind") == "RayService" else loaded
+    schema = ServeDeploySchema.model_validate(config) if hasattr(ServeDeploySchema, "model_validate") else \
+        ServeDeploySchema.parse_obj(config)
+    (application,) = schema.applications
+    assert application.import_path == "encoderrt.deploy.ray:app"
+    options = RayAppArgs.model_validate(application.args)
+    assert options.models and len(options.served_model_names) == len(options.models) and options.autoscale
+
+
+def test_serve_ray_refuses_bad_scaling_before_starting_anything(minilm_fp32):
+    run = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", "--ray", "--autoscale", "3:1",
+                          str(minilm_fp32.path), "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "MIN <= MAX" in run.stdout + run.stderr, run.stdout + run.stderr
