@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from ray import serve
+from ray.serve import metrics
 
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.server.app import create_app
@@ -27,6 +30,7 @@ from encoderrt.server.settings import ServerSettings
 
 log = logging.getLogger("encoderrt.deploy")
 HEALTH_CHECK_PERIOD_S = 10.0
+METRICS_PERIOD_S = 5.0
 UPSCALE_DELAY_S = 10.0
 DOWNSCALE_DELAY_S = 120.0
 """Scale up within seconds of a sustained rise; scale down only after two quiet minutes (a replica takes seconds
@@ -76,17 +80,74 @@ class EncoderReplica:
             overrides = {"default_prompt_name": artifact.default_prompt_name} if artifact.default_prompt_name is not None else {}
             self.registry.add(artifact.name, Engine.load(artifact.path, settings.engine, **overrides))
         self.registry.mark_ready()
-        self._seen = {m.name: (0, 0) for m in self.registry.models()}
+        self.health = BatchHealth(self.registry)
+        self.metrics = ReplicaMetrics(self.registry)
+        threading.Thread(target=self.metrics.publish_every, args=(METRICS_PERIOD_S,), daemon=True,
+                         name="encoderrt-ray-metrics").start()
 
     def __serve_build_asgi_app__(self):
         return create_app(self.settings, self.registry)
 
     def check_health(self) -> None:
-        """Ray replaces a replica whose check raises: one whose every batch since the last check failed."""
-        for served in self.registry.models():
+        """Ray replaces a replica whose check raises."""
+        self.health.check()
+
+
+EXPORTED_STATS = {
+    # engine stat -> (Ray metric kind, name, description); Ray adds the deployment, replica and application tags
+    "queue_depth": ("gauge", "encoderrt_queue_depth", "Items waiting in the engine queue"),
+    "real_tokens": ("counter", "encoderrt_tokens_processed", "Real tokens processed"),
+    "batches": ("counter", "encoderrt_batches", "Backend runs"),
+    "failed_batches": ("counter", "encoderrt_failed_batches", "Backend runs that failed"),
+    "cancelled_items": ("counter", "encoderrt_cancelled_items", "Items dropped before they ran: their client left"),
+    "overloaded": ("counter", "encoderrt_overloaded", "Requests refused with 429: the queue was full"),
+}
+
+
+class ReplicaMetrics:
+    """The engines' figures as Ray metrics, which Ray labels by replica and exports to Prometheus with the
+    cluster's own; a replica's /metrics answers for whichever replica the proxy picked."""
+
+    def __init__(self, registry: ModelRegistry, gauge: type = metrics.Gauge, counter: type = metrics.Counter):
+        self._registry = registry
+        self._metrics = {stat: (kind, (gauge if kind == "gauge" else counter)(name, description=text, tag_keys=("model",)))
+                         for stat, (kind, name, text) in EXPORTED_STATS.items()}
+        self._published: dict[tuple[str, str], float] = {}
+
+    def publish(self) -> None:
+        for served in self._registry.models():
+            stats, tags = served.engine.stats.snapshot(), {"model": served.name}
+            for stat, (kind, metric) in self._metrics.items():
+                if kind == "gauge":
+                    metric.set(stats[stat], tags=tags)
+                    continue
+                delta = stats[stat] - self._published.get((served.name, stat), 0)
+                if delta > 0:  # Ray counters take increments; the engine keeps totals
+                    metric.inc(delta, tags=tags)
+                    self._published[(served.name, stat)] = stats[stat]
+
+    def publish_every(self, seconds: float) -> None:
+        while True:
+            time.sleep(seconds)
+            try:
+                self.publish()
+            except Exception:  # noqa: BLE001 - metrics must never take the replica down
+                log.exception("publishing engine metrics to Ray failed")
+
+
+class BatchHealth:
+    """A replica is unhealthy when some model ran batches since the last check and every one of them failed: its
+    backend is not serving (a replica that merely had no traffic stays healthy)."""
+
+    def __init__(self, registry: ModelRegistry):
+        self._registry = registry
+        self._seen = {m.name: (0, 0) for m in registry.models()}
+
+    def check(self) -> None:
+        for served in self._registry.models():
             stats = served.engine.stats.snapshot()
             batches, failed = stats["batches"], stats["failed_batches"]
-            last_batches, last_failed = self._seen[served.name]
+            last_batches, last_failed = self._seen.get(served.name, (0, 0))
             self._seen[served.name] = (batches, failed)
             if failed > last_failed and batches == last_batches:
                 raise RuntimeError(f"model '{served.name}': every batch since the last health check failed "

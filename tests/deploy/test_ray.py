@@ -174,3 +174,62 @@ def test_serve_ray_refuses_bad_scaling_before_starting_anything(minilm_fp32):
     run = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", "--ray", "--autoscale", "3:1",
                           str(minilm_fp32.path), "--port", str(free_port())], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "MIN <= MAX" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_a_replica_whose_every_batch_fails_is_unhealthy_until_one_succeeds(controlled, tiny_artifacts):
+    from encoderrt.deploy.ray import BatchHealth
+    from encoderrt.runtime.errors import InferenceFailed
+    from server_helpers import ready_registry
+
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
+    health = BatchHealth(ready_registry(st=engine))
+    health.check()  # no traffic: healthy
+    engine.embed(["works"])
+    health.check()
+    for attempt in range(3):
+        controlled[0].fail_next = True
+        with pytest.raises(InferenceFailed):
+            engine.embed([f"fails {attempt}"])
+    with pytest.raises(RuntimeError, match="every batch since the last health check failed \\(3 of them\\)"):
+        health.check()
+    controlled[0].fail_next = True
+    with pytest.raises(InferenceFailed):
+        engine.embed(["one more failure"])
+    engine.embed(["and a success"])
+    health.check()  # some batch succeeded since: the backend serves
+    engine.close()
+
+
+def test_replica_metrics_reach_ray_as_increments_of_the_engines_totals(tiny_artifacts):
+    from encoderrt.deploy.ray import EXPORTED_STATS, ReplicaMetrics
+    from server_helpers import ready_registry
+
+    class Recorded:
+        def __init__(self, name, description, tag_keys):
+            self.name, self.tag_keys, self.values = name, tag_keys, []
+
+        def set(self, value, tags):
+            self.values.append(("set", value, tags))
+
+        def inc(self, value, tags):
+            self.values.append(("inc", value, tags))
+
+    created = {}
+
+    def factory(name, description, tag_keys):
+        created[name] = Recorded(name, description, tag_keys)
+        return created[name]
+
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256) as engine:
+        published = ReplicaMetrics(ready_registry(st=engine), gauge=factory, counter=factory)
+        engine.embed(["one", "two"])
+        published.publish()
+        engine.embed(["three"])
+        published.publish()
+        published.publish()  # nothing new: no increment
+        stats = engine.stats.snapshot()
+    assert set(created) == {name for _, name, _ in EXPORTED_STATS.values()}
+    tokens = created["encoderrt_tokens_processed"].values
+    assert [kind for kind, _, _ in tokens] == ["inc", "inc"] and sum(v for _, v, _ in tokens) == stats["real_tokens"]
+    assert all(tags == {"model": "st"} for _, _, tags in tokens)
+    assert created["encoderrt_queue_depth"].values[-1] == ("set", 0, {"model": "st"})
