@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from http import HTTPStatus
 
 import uvicorn
@@ -28,6 +29,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     """One per connection, made by uvicorn; `limits` is set on the subclass `protocol_for` makes."""
 
     limits: ConnectionLimits = ConnectionLimits()
+    on_refusal: Callable[[int], None] | None = None
+    """Counts each refusal by status (the app's /metrics), since these requests never reach its middleware."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -38,6 +41,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if len(self.connections) > self.limits.max_connections:
             log.warning("refusing a request: %d connections are open (--max-connections %d)",
                         len(self.connections), self.limits.max_connections)
+            self._count(503)
             self.app = error_response(503, f"the server has {self.limits.max_connections} connections open, its limit; "
                                       "retry shortly", {"Retry-After": "1", "Connection": "close"})
 
@@ -86,7 +90,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._answer_and_close(408, f"the request head did not arrive within {self.limits.read_timeout_s:g} s "
                                    "(--request-read-timeout)")
 
+    def _count(self, status: int) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(status)
+
     def _answer_and_close(self, status: int, message: str) -> None:
+        self._count(status)
         body = json.dumps(error_body(status, message)).encode()
         head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
                 f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
@@ -96,7 +105,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
 def uvicorn_config(app: object, settings: ServerSettings, **options: object) -> uvicorn.Config:
     """The one uvicorn configuration `encoderrt serve` (and a test's server) runs with."""
-    protocol = type("LimitedHttpProtocol", (LimitedHttpProtocol,), {"limits": settings.connections})
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    protocol = type("LimitedHttpProtocol", (LimitedHttpProtocol,), {
+        "limits": settings.connections,
+        "on_refusal": staticmethod(metrics.count_refused) if metrics is not None else None})
     return uvicorn.Config(app, host=settings.host, port=settings.port, http=protocol,  # type: ignore[arg-type]
                           timeout_keep_alive=settings.connections.keep_alive_s,  # type: ignore[arg-type]
                           timeout_graceful_shutdown=settings.graceful_shutdown_s,  # type: ignore[arg-type]

@@ -54,6 +54,9 @@ class Metrics:
         self._cut_off = Counter("encoderrt_http_cut_off_at_shutdown", "Requests still running when the shutdown timeout ended",
                                 registry=self.registry)
         self.cut_off_requests = 0
+        self._refused = Counter("encoderrt_http_refused", "Requests the connection layer answered before the app: 431 "
+                                "head too large, 408 head too slow, 503 over --max-connections, 400 malformed HTTP",
+                                ["status"], registry=self.registry)
         self.registry.register(_EngineCollector(models))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
@@ -63,6 +66,9 @@ class Metrics:
     def count_cut_off(self) -> None:
         self.cut_off_requests += 1
         self._cut_off.inc()
+
+    def count_refused(self, status: int) -> None:
+        self._refused.labels(str(status)).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

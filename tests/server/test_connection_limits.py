@@ -128,3 +128,22 @@ def test_malformed_http_is_a_400_in_the_api_error_shape(limited):
         sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         status, headers, body = _parse(_read_all(sock))
     assert status == 400 and body["error"]["message"].startswith("malformed HTTP request")
+
+
+def _refused(url: str, status: int) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(f'encoderrt_http_refused_total{{status="{status}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_refusals_below_the_app_are_counted_in_metrics(limited):
+    url, address = limited
+    before = {status: _refused(url, status) for status in (400, 431)}
+    with _connect(address) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-padding: " + b"a" * 64 * 1024)
+        assert _parse(_read_all(sock))[0] == 431
+    with _connect(address) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        assert _parse(_read_all(sock))[0] == 400
+    assert {status: _refused(url, status) - before[status] for status in before} == {400: 1, 431: 1}
