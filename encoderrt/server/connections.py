@@ -23,6 +23,8 @@ from encoderrt.server.errors import error_body, error_response
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
 log = logging.getLogger("encoderrt.server")
+LINGER_S = 2.0
+"""After a refusal the connection drops what the client still sends for this long, then closes."""
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
@@ -37,6 +39,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._awaiting_head = True
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
         self._arm_head_timer()  # a new connection that sends nothing is held no longer than a slow one
         if len(self.connections) > self.limits.max_connections:
             log.warning("refusing a request: %d connections are open (--max-connections %d)",
@@ -50,10 +53,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:  # lingering after a refusal: what the client still sends is dropped unread
+            return
         if self._awaiting_head:  # counted before parsing: httptools itself buffers a header of any length
             self._head_bytes += len(data)
         super().data_received(data)
-        if self._awaiting_head and self._head_bytes > self.limits.max_header_bytes and not self.transport.is_closing():
+        if self._awaiting_head and self._head_bytes > self.limits.max_header_bytes and not self._refused:
             self._answer_and_close(431, f"the request head is above the limit of {self.limits.max_header_bytes} bytes "
                                    "(--max-header-bytes)")
 
@@ -86,7 +91,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._awaiting_head and not self.transport.is_closing():
+        if self._awaiting_head and not self._refused and not self.transport.is_closing():
             self._answer_and_close(408, f"the request head did not arrive within {self.limits.read_timeout_s:g} s "
                                    "(--request-read-timeout)")
 
@@ -99,8 +104,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         body = json.dumps(error_body(status, message)).encode()
         head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
                 f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+        self._refused = True
+        self._cancel_head_timer()
         self.transport.write(head + body)
-        self.transport.close()
+        if self.transport.can_write_eof():  # a lingering close, as nginx does: closing with the client's bytes
+            self.transport.write_eof()       # unread would reset the connection, and the answer could be lost
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
 
 
 def uvicorn_config(app: object, settings: ServerSettings, **options: object) -> uvicorn.Config:

@@ -54,10 +54,11 @@ def _post(body: bytes, path: str = "/embed") -> bytes:
 
 def test_a_head_above_the_limit_is_a_431_and_the_connection_closes(limited):
     _, address = limited
-    with _connect(address) as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-padding: " + b"a" * 64 * 1024)  # never finished
-        status, headers, body = _parse(_read_all(sock))
-    assert status == 431 and headers["connection"] == "close"
+    for _ in range(5):  # the answer arrives whole although the client is still sending (a lingering close)
+        with _connect(address) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-padding: " + b"a" * 1024 * 1024)  # never finished
+            status, headers, body = _parse(_read_all(sock))
+        assert status == 431 and headers["connection"] == "close"
     assert "4096 bytes" in body["error"]["message"] and "--max-header-bytes" in body["error"]["message"]
     # a head just under the limit is served
     under = httpx.get(f"{limited[0]}/health", headers={"x-padding": "a" * 3000})
