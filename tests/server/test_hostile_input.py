@@ -68,7 +68,9 @@ def test_tokenizing_a_huge_prompt_leaves_the_loop_free(url):
         time.sleep(0.02)
     worker.join(120)
     assert len(latencies) >= 5, "the tokenize request finished too fast for this test to mean anything"
-    assert max(latencies) < 0.5, f"/health waited {max(latencies):.2f} s behind /tokenize"
+    # on the loop this prompt stalls every route for ~4 s; off it, /health waits 0.04-0.3 s here (the body's
+    # parse and the GIL), up to 0.9 s on a busy 2-core VM: the bound separates the two without flaking
+    assert max(latencies) < 1.5, f"/health waited {max(latencies):.2f} s behind /tokenize"
 
 
 @pytest.mark.parametrize("route, body, field", [
