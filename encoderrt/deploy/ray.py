@@ -40,7 +40,6 @@ to load, and traffic to a retrieval service comes in waves)."""
 class ServedArtifact(BaseModel):
     name: str
     path: str
-    default_prompt_name: str | None = None
 
 
 class RayAppArgs(BaseModel):
@@ -77,8 +76,7 @@ class EncoderReplica:
         self.settings = settings
         self.registry = ModelRegistry()
         for artifact in artifacts:
-            overrides = {"default_prompt_name": artifact.default_prompt_name} if artifact.default_prompt_name is not None else {}
-            self.registry.add(artifact.name, Engine.load(artifact.path, settings.engine, **overrides))
+            self.registry.add(artifact.name, Engine.load(artifact.path, settings.engine))
         self.registry.mark_ready()
         self.health = BatchHealth(self.registry)
         self.metrics = ReplicaMetrics(self.registry)
