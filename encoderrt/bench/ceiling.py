@@ -9,13 +9,13 @@ backend's streams. So the ceiling is what this CPU and this runtime can reach, n
 
 from __future__ import annotations
 
-import platform
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from encoderrt.runtime.backends.base import BackendOptions
+from encoderrt.runtime.cpu import REPORTED_FLAGS, cpu_model_and_flags
 
 ROWS = 512
 """Tokens in the measured product: a typical batch."""
@@ -30,19 +30,8 @@ class Ceiling:
 
 
 def cpu_description() -> dict[str, object]:
-    model, flags = platform.processor() or "unknown", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name") and model in ("unknown", ""):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-    return {"model": model, "cores": BackendOptions().resolved_threads(), "flags": [f for f in wanted if f in flags]}
+    model, flags = cpu_model_and_flags()
+    return {"model": model, "cores": BackendOptions().resolved_threads(), "flags": [f for f in REPORTED_FLAGS if f in flags]}
 
 
 def cpu_tier(flags: list[str]) -> str:

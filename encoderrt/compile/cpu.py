@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from encoderrt.compile.build import Build
+from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import Manifest
 
 MODEL_FILE = "model.onnx"
@@ -33,15 +34,17 @@ def build(build: Build, folder: Path) -> Manifest:
         figures, failures = build.verify(manifest, folder)
         build.require(figures, failures)
         return replace(manifest, parity=figures, target=build.options.target)
-    attempts = []
+    attempts, unsigned = [], not int8_dot_products()
     for keep_fp32 in ((), tuple(ffn_down_projections(optimized))):
-        detail = "dynamic int8, per channel" + (f", {len(keep_fp32)} FFN down projections kept fp32" if keep_fp32 else "")
+        detail = ("dynamic int8, per channel" + (", uint8 weights (this CPU has no VNNI)" if unsigned else "")
+                  + (f", {len(keep_fp32)} FFN down projections kept fp32" if keep_fp32 else ""))
         with reporter.step("quantise", detail):
-            quantize_int8(optimized, final, keep_fp32)
+            quantize_int8(optimized, final, keep_fp32, unsigned)
         figures, failures = build.verify(manifest, folder)
         attempts.append({"fp32_nodes": list(keep_fp32), "parity": figures, "failures": failures})
         if not failures:
             break
     build.require(figures, failures)
-    return replace(manifest, parity={**figures, "fp32_nodes": list(keep_fp32), "attempts": attempts[:-1]},
+    return replace(manifest, parity={**figures, "fp32_nodes": list(keep_fp32), "attempts": attempts[:-1],
+                                     "weights": "uint8" if unsigned else "int8"},
                    target=build.options.target)

@@ -31,6 +31,7 @@ from encoderrt.compile.errors import CompileError
 from encoderrt.compile.optimize import check_fusion
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime import texts
+from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -87,10 +88,13 @@ def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.nd
     nncf.set_log_level(logging.ERROR)
     model = ov.Core().read_model(str(path))
     ignored = nncf.IgnoredScope(names=keep, types=["ScaledDotProductAttention"], validate=False)
+    # 7-bit weights on every layer where the CPU lacks int8 dot products (runtime/cpu.py); NNCF's default fixes the first
+    overflow = nncf.OverflowFix.FIRST_LAYER if int8_dot_products() else nncf.OverflowFix.ENABLE
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = nncf.quantize(model, nncf.Dataset(batches), subset_size=len(batches), model_type=nncf.ModelType.TRANSFORMER,
-                               ignored_scope=ignored)
+                               ignored_scope=ignored,
+                               advanced_parameters=nncf.AdvancedQuantizationParameters(overflow_fix=overflow))
     ov.save_model(result, str(quantized), compress_to_fp16=False)
     return op_counts(result)
 

@@ -134,3 +134,30 @@ def test_int8_keeps_ffn_down_projections_fp32_when_parity_asks(tiny_models, comp
     nodes = {node.name: node.op_type for node in onnx.load(str(result.path / "model.onnx")).graph.node}
     assert all(nodes[name] == "MatMul" for name in kept)
     assert "MatMulInteger" in nodes.values() and "QAttention" in nodes.values()
+
+
+def _quantised_weight_types(model_path):
+    import onnx
+
+    graph = onnx.load(str(model_path)).graph
+    return {onnx.TensorProto.DataType.Name(init.data_type) for init in graph.initializer if init.name.endswith("_quantized")}
+
+
+def test_int8_weights_follow_the_cpu(tiny_models, compile_artifact, tmp_path):
+    """u8 x s8 saturates without VNNI/AMX (runtime/cpu.py): there compile quantises weights to uint8 instead,
+    records which, and parity holds either way (this test runs on whichever kind of CPU CI has)."""
+    from encoderrt.runtime.cpu import int8_dot_products
+
+    result = compile_artifact(tiny_models["bert-cross-encoder"], tmp_path / "ce-int8", precision="int8")
+    expected = "int8" if int8_dot_products() else "uint8"
+    assert result.manifest.parity["weights"] == expected
+    assert _quantised_weight_types(result.path / "model.onnx") == {expected.upper()}
+    assert result.manifest.parity["spearman"] >= 0.98
+
+
+@pytest.mark.parametrize("unsigned, expected", [(False, {"INT8"}), (True, {"UINT8"})])
+def test_quantiser_writes_the_weight_type_asked_for(unsigned, expected, tiny_artifacts, tmp_path):
+    from encoderrt.compile.quantize import quantize_int8
+
+    quantize_int8(tiny_artifacts["bert-cross-encoder"] / "model.onnx", tmp_path / "q.onnx", unsigned_weights=unsigned)
+    assert _quantised_weight_types(tmp_path / "q.onnx") == expected

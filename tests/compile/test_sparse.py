@@ -39,7 +39,9 @@ def test_sparse_vectors_match_sparse_encoder(folder, target, compile_artifact, t
         ids = np.array([i for i, _ in row])
         weights = np.array([w for _, w in row])
         assert set(ids.tolist()) == set(np.flatnonzero(expected > 0).tolist())
-        np.testing.assert_allclose(weights, expected[ids], rtol=1e-4, atol=1e-6)
+        # fp32 GEMMs sum in another order on AVX2 than on AVX-512, and log1p(relu(x)) near zero turns that ~2e-6 into
+        # a large relative difference on the smallest weights: those are held to 1e-5 of the row's largest instead
+        np.testing.assert_allclose(weights, expected[ids], rtol=1e-4, atol=1e-5 * expected.max())
         assert list(weights) == sorted(weights, reverse=True)  # heaviest first
         assert best == row[:3]
 

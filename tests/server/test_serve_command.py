@@ -46,7 +46,9 @@ def _wait_healthy(process, url, timeout=180, bodies=None):
 
 def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path):
     env = {**os.environ, "ENCODERRT_CACHE": str(tmp_path / "cache")}
-    process, url = _start(["--max-batch-tokens", "512"], env)
+    # 4 x 150 passages are ~15 s of work on a 2-core AVX2 CPU in fp32: past the default 5 s queue limit (429s),
+    # which tests/server/test_overload.py covers; here every request must be served through the drain
+    process, url = _start(["--max-batch-tokens", "512", "--max-queue-seconds", "120"], env)
     try:
         bodies = []
         statuses = _wait_healthy(process, url, bodies=bodies)
