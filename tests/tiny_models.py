@@ -193,7 +193,7 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
 def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,
                                  family: str = "bert", dense: tuple[tuple[int, str], ...] = (),
                                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                                 **checkpoint) -> Path:
+                                 include_prompt: bool = True, **checkpoint) -> Path:
     """A sentence-transformers model folder saved by sentence-transformers itself; `dense` adds Dense modules after
     pooling as (out_features, torch.nn activation class name)."""
     import torch
@@ -203,7 +203,7 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
     encoder = (bert_checkpoint(encoder_folder, num_labels=None) if family == "bert"
                else family_checkpoint(encoder_folder, family, num_labels=None, **checkpoint))
     transformer = models.Transformer(str(encoder), max_seq_length=max_seq_length)
-    modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling)]
+    modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling, include_prompt=include_prompt)]
     width = transformer.get_embedding_dimension()
     for i, (out_features, activation) in enumerate(dense):
         torch.manual_seed(100 + i)

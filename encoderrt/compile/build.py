@@ -48,7 +48,7 @@ class Build:
             model_type=str(config["model_type"]),
             max_length=source.max_length,
             pad_token_id=_save_tokenizer(source, folder),
-            inputs=source.architecture.input_names,
+            inputs=source.graph_inputs,
             outputs=(source.output_name,),
             precision=self.options.precision,
             target=self.options.target,

@@ -15,6 +15,7 @@ import torch
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
+from encoderrt.runtime.tokenizer import POOLING_START
 
 OPSET = 17
 
@@ -79,6 +80,19 @@ def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
     return module
 
 
+class GraphInputs(torch.nn.Module):
+    """The module taking the graph's inputs in the graph's order, as the exporters pass them (positionally):
+    a family without segment ids may still take pooling_start, which its keyword signature names."""
+
+    def __init__(self, module: torch.nn.Module, names: tuple[str, ...]):
+        super().__init__()
+        self.module = module
+        self.names = names
+
+    def forward(self, *inputs):
+        return self.module(**dict(zip(self.names, inputs)))
+
+
 class PooledEncoder(torch.nn.Module):
     """The encoder, its pooling, then any sentence-transformers Dense modules (normalising is the runtime's)."""
 
@@ -88,9 +102,9 @@ class PooledEncoder(torch.nn.Module):
         self.pooling = pooling
         self.dense = torch.nn.ModuleList(dense)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
+    def forward(self, input_ids, attention_mask, token_type_ids=None, pooling_start=None):
         hidden = self.encoder(**_feeds(input_ids, attention_mask, token_type_ids)).last_hidden_state
-        pooled = pool(hidden, attention_mask, self.pooling)
+        pooled = pool(hidden, attention_mask, self.pooling, pooling_start)
         for module in self.dense:
             pooled = module({"sentence_embedding": pooled})["sentence_embedding"]
         return pooled
@@ -115,18 +129,19 @@ def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:
     attention_mask = torch.ones((2, 8), dtype=torch.long)
     attention_mask[1, 5:] = 0
     input_ids[1, 5:] = int(source.config.get("pad_token_id") or 0)
-    example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids)}
-    return tuple(example[name] for name in source.architecture.input_names)
+    example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids),
+               POOLING_START: torch.tensor([2, 1], dtype=torch.long)}
+    return tuple(example[name] for name in source.graph_inputs)
 
 
 def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
-    names = list(source.architecture.input_names)
-    dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in names}
+    names = list(source.graph_inputs)
+    dynamic_axes = {name: {0: "batch", 1: "sequence"} if name != POOLING_START else {0: "batch"} for name in names}
     dynamic_axes[output_name(source)] = {0: "batch"}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module,
+            GraphInputs(module, source.graph_inputs),
             example_inputs(source),
             str(path),
             input_names=names,

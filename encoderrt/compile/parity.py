@@ -163,11 +163,14 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
 
 
 def engine_outputs(
-    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]]
+    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]],
+    pooling_starts: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Outputs of the compiled artifact, batched with padding and row by row; both must match."""
     backend = load_backend(manifest, artifact_dir)
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
+    if pooling_starts:
+        encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
     batched = backend.run(tokenizer.pad(encodings))
     single = np.concatenate([backend.run(tokenizer.pad([e])) for e in encodings])
     return batched.astype(np.float32), single.astype(np.float32)
@@ -242,6 +245,8 @@ class Probes:
     pairs: tuple[list[str], list[str]]
     reference: np.ndarray
     reference_name: str
+    pooling_starts: list[int] | None = None
+    """Per text, where pooling starts: after its prompt, where the model leaves prompts out of pooling."""
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
@@ -249,31 +254,36 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
+    starts = None
     if source.prompts and name.startswith("sentence-transformers"):
-        prompted, outputs = _prompted_reference(source, texts[:6])
+        prompted, prompts, outputs = _prompted_reference(source, texts[:6])
+        if not source.include_prompt:
+            starts = [0] * len(texts) + [tokenizer.prompt_length(prompt) for prompt in prompts]
         texts, reference = texts + prompted, np.concatenate([reference, outputs])
-    return Probes(texts, pairs, reference, name)
+    return Probes(texts, pairs, reference, name, starts)
 
 
-def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], np.ndarray]:
-    """Each prompt prepended to `texts` (what the engine feeds its graph), and sentence-transformers' outputs for
-    encode(texts, prompt_name=name)."""
+def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
+    """Each prompt prepended to `texts` (what the engine feeds its graph), the prompt of each, and
+    sentence-transformers' outputs for encode(texts, prompt_name=name)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(source.folder), device="cpu", local_files_only=True)
     model.max_seq_length = source.max_length
-    prompted, outputs = [], []
+    prompted, prompts, outputs = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, prompt in source.prompts.items():
             prompted += [prompt + text for text in texts]
+            prompts += [prompt] * len(texts)
             outputs.append(model.encode(texts, prompt_name=name, batch_size=8, convert_to_numpy=True, show_progress_bar=False))
-    return prompted, np.concatenate(outputs)
+    return prompted, prompts, np.concatenate(outputs)
 
 
 def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
-    batched, single = engine_outputs(manifest, artifact_dir, artifact_tokenizer(manifest, artifact_dir), probes.texts, probes.pairs)
+    batched, single = engine_outputs(manifest, artifact_dir, artifact_tokenizer(manifest, artifact_dir), probes.texts, probes.pairs,
+                                     probes.pooling_starts)
     figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape), [batched, single],
                                 manifest.target, manifest.activation)
     figures["reference"] = probes.reference_name

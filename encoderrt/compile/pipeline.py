@@ -20,7 +20,7 @@ from encoderrt.compile.errors import CompileError, InputError, ParityError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.progress import StepReporter
 from encoderrt.compile.selection import Candidate, choose, plan
-from encoderrt.compile.source import inspect_source
+from encoderrt.compile.source import SourceModel, inspect_source
 from encoderrt.runtime.manifest import Manifest
 
 Builder = Callable[[Build, Path], Manifest]
@@ -51,7 +51,7 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     check_output_dir(options.output_dir, options.force)
     candidates = plan(options)
     if options.target == "tensorrt":
-        _check_tensorrt(replace(options, precision=candidates[0].precision), source.hidden_size // source.num_heads)
+        _check_tensorrt(replace(options, precision=candidates[0].precision), source)
     for note in source.notes:
         reporter.note(note)
     builders = _builders()
@@ -91,8 +91,12 @@ def _choose(candidates: list[Candidate], build: Build, builders: dict[str, Build
     return replace(manifest, selection=record)
 
 
-def _check_tensorrt(options: CompileOptions, head_dim: int) -> None:
-    """Fail before any work when the TensorRT engine cannot be built here."""
+def _check_tensorrt(options: CompileOptions, source: SourceModel) -> None:
+    """Fail before any work when the TensorRT engine cannot be built here, or not for this model."""
+    if not source.include_prompt:
+        raise InputError("the tensorrt target does not compile pooling that leaves the prompt out (include_prompt: "
+                         "false) yet; use --target cpu or openvino")
+    head_dim = source.hidden_size // source.num_heads
     if options.layout == "packed":
         from encoderrt.kernels import PACKED_HEAD_DIMS
 

@@ -17,6 +17,7 @@ from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.sparse import splade_pooling
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.manifest import POOLINGS, Activation, Pooling, Task
+from encoderrt.runtime.tokenizer import POOLING_START
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
 
@@ -56,12 +57,20 @@ class SourceModel:
     prompts: dict[str, str] = field(default_factory=dict)
     """sentence-transformers' named prompts (e5's "query: "), prepended to a text before tokenising."""
     default_prompt_name: str | None = None
+    include_prompt: bool = True
+    """False: pooling leaves a prompt's tokens out (the Pooling module's include_prompt), through the graph's
+    pooling_start input."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
     @property
     def output_name(self) -> str:
         return "embeddings" if self.task in ("embed", "sparse") else "logits"
+
+    @property
+    def graph_inputs(self) -> tuple[str, ...]:
+        """The exported graph's inputs: the family's, and pooling_start where pooling leaves the prompt out."""
+        return self.architecture.input_names + (() if self.include_prompt else (POOLING_START,))
 
     @property
     def num_layers(self) -> int:
@@ -267,11 +276,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
     prompts, default_prompt_name = _prompts(st_config, config_path) if task == "embed" else ({}, None)
-    if prompts and modules and modules.pooling_path:
-        pooling_config = _read_optional_json(folder / modules.pooling_path / "config.json")
-        if pooling_config.get("include_prompt") is False:
-            raise InputError(f"{folder / modules.pooling_path} leaves prompt tokens out of pooling (include_prompt: false); "
-                             "encoderrt pools every token, so it cannot match that yet")
+    include_prompt = not (task == "embed" and modules and modules.pooling_path
+                          and _read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt") is False)
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
     return SourceModel(
         folder=folder,
@@ -289,6 +295,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         dense_folders=dense_folders,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
+        include_prompt=include_prompt,
         output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         notes=tuple(notes),

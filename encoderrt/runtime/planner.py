@@ -29,7 +29,7 @@ from encoderrt.runtime.requests import (
     as_texts,
     pair_texts,
 )
-from encoderrt.runtime.tokenizer import TextTokenizer, Tokens
+from encoderrt.runtime.tokenizer import POOLING_START, TextTokenizer, Tokens
 
 
 @dataclass(frozen=True)
@@ -107,12 +107,23 @@ class Planner:
         elif self._chunk_long_inputs and isinstance(request.truncate, bool) and request.truncation_side == "right":
             # a per-request length, or an explicit cut at the start, still cuts
             rows, counts = chunk_rows(self._tokenizer, with_prompt(as_texts(request.texts, "texts"), prefix))
+            if start := self._excluded_prompt_tokens(prefix):  # the prompt is in each text's first chunk
+                firsts = set(np.cumsum([0, *counts[:-1]]).tolist())
+                rows = [row._replace(pooling_start=start) if i in firsts else row for i, row in enumerate(rows)]
             return Plan(rows, lambda outputs: shape_embeddings(merge_chunks(outputs, rows, counts), normalize,
                                                                 request.dimensions))
         else:
-            rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut,
-                                    side=request.truncation_side)
+            rows = self._pooled_after(prefix, tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut,
+                                                               side=request.truncation_side))
         return Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
+
+    def _excluded_prompt_tokens(self, prefix: str) -> int:
+        """How many leading tokens pooling skips: the prompt's, where the model leaves its prompt out of pooling."""
+        return self._tokenizer.prompt_length(prefix) if prefix and POOLING_START in self.manifest.inputs else 0
+
+    def _pooled_after(self, prefix: str, rows: list[Tokens]) -> list[Tokens]:
+        start = self._excluded_prompt_tokens(prefix)
+        return [row._replace(pooling_start=start) for row in rows] if start else rows
 
     def _plan_score(self, firsts: list[str], seconds: list[str], truncate: Truncation, activation: bool) -> Plan:
         self._require("score", "score", "embed")
@@ -124,7 +135,7 @@ class Planner:
             left = [position[t] for t in firsts]
             right = [position[t] for t in seconds]
             prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, None, None)
-            rows = tokenizer.encode(with_prompt(unique, prefix), cut)  # as encode() would embed them
+            rows = self._pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut))  # as encode() would
             return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
         specials = tokenizer.pair_special_tokens
         if cut and tokenizer.max_length < specials + 2:

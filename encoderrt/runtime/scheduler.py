@@ -109,7 +109,7 @@ class Scheduler:
         self._max_wait = max_wait_ms / 1000
         self.admission = admission
         self._stats = stats
-        self._rows: dict[tuple[tuple[int, ...], tuple[int, ...]], _Row] = {}  # arrival order
+        self._rows: dict[tuple[tuple[int, ...], tuple[int, ...], int], _Row] = {}  # arrival order
         self._pending_items = 0
         self._pending_tokens = 0
         self._seq = itertools.count()
@@ -147,7 +147,7 @@ class Scheduler:
             self._last_arrival = now
             duplicates = 0
             for index, tokens in enumerate(rows):
-                key = (tuple(tokens.ids), tuple(tokens.type_ids))
+                key = (tuple(tokens.ids), tuple(tokens.type_ids), tokens.pooling_start)
                 row = self._rows.get(key)
                 if row is None:
                     row = self._rows[key] = _Row(tokens, next(self._seq))
@@ -226,7 +226,7 @@ class Scheduler:
         self._stats.add(queue_depth=-items)
         return [row for _, row in chosen]
 
-    def _forget(self, key: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    def _forget(self, key: tuple[tuple[int, ...], tuple[int, ...], int]) -> None:
         row = self._rows.pop(key)
         self._pending_tokens -= len(row.tokens.ids)
 

@@ -21,6 +21,9 @@ from tokenizers import Encoding, Tokenizer
 from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 
 TOKENIZER_FILE = "tokenizer.json"
+POOLING_START = "pooling_start"
+"""The graph input of a model whose pooling leaves the prompt out (sentence-transformers' include_prompt: false):
+per row, the first position pooling counts."""
 
 
 class Tokens(NamedTuple):
@@ -28,6 +31,8 @@ class Tokens(NamedTuple):
 
     ids: list[int]
     type_ids: list[int]
+    pooling_start: int = 0
+    """Positions before this are attended to but not pooled (the prompt, where the model excludes it)."""
 
 
 def _load(path: Path) -> Tokenizer:
@@ -127,6 +132,15 @@ class TextTokenizer:
             check_token_ids(index, ids, vocab_size)
         return self._plain.decode_batch([list(ids) for ids in batch], skip_special_tokens=skip_special_tokens)
 
+    def prompt_length(self, prompt: str) -> int:
+        """The tokens a prompt occupies at the start of a prompted text, by sentence-transformers' rule: the prompt
+        tokenised alone, special tokens included, less a trailing special token (the [SEP] that closes it)."""
+        if not prompt:
+            return 0
+        encoding = self._plain.encode(prompt)
+        trailing = 1 if encoding.special_tokens_mask and encoding.special_tokens_mask[-1] else 0
+        return len(encoding.ids) - trailing
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Token counts with special tokens and without truncation."""
         return [len(e.ids) for e in self._plain.encode_batch(list(texts))]
@@ -148,4 +162,6 @@ class TextTokenizer:
             attention_mask[row, :n] = 1
             token_type_ids[row, :n] = tokens.type_ids
         all_feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        if POOLING_START in self.input_names:
+            all_feeds[POOLING_START] = np.array([tokens.pooling_start for tokens in rows], dtype=np.int64)
         return {name: all_feeds[name] for name in self.input_names}
