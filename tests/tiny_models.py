@@ -215,7 +215,7 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
     return folder
 
 
-def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4) -> Path:
+def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4, activation: str = "relu") -> Path:
     """A SPLADE-style SparseEncoder folder (a BERT MLM head, SpladePooling) saved by sentence-transformers itself."""
     import torch
     from sentence_transformers import SparseEncoder
@@ -228,6 +228,6 @@ def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int
     mlm_folder = folder.with_name(folder.name + "-mlm")
     BertForMaskedLM(config).save_pretrained(mlm_folder)
     tokenizer.save_pretrained(mlm_folder)
-    modules = [MLMTransformer(str(mlm_folder), max_seq_length=48), SpladePooling(pooling_strategy)]
+    modules = [MLMTransformer(str(mlm_folder), max_seq_length=48), SpladePooling(pooling_strategy, activation_function=activation)]
     SparseEncoder(modules=modules, device="cpu").save(str(folder))
     return folder

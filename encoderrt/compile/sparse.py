@@ -1,6 +1,7 @@
 """Sparse (SPLADE) models from sentence-transformers SparseEncoder folders: an MLM head, then SpladePooling.
 
-The graph computes log(1 + relu(logits)) over the MLM logits of the real tokens and pools it (max or sum) to
+The graph computes log(1 + relu(logits)) over the MLM logits of the real tokens (log1p once more for the
+`log1p_relu` activation of OpenSearch's models) and pools it (max or sum) to
 one [vocab] row per text, so the [batch, tokens, vocab] activation never leaves the graph; the runtime keeps
 the weights above zero (runtime/postprocess.py sparse_rows).
 """
@@ -21,9 +22,10 @@ def splade_pooling(path: Path, config: dict[str, Any]) -> str:
     activation = config.get("activation_function", "relu")
     if strategy not in ("max", "sum"):
         raise InputError(f"SpladePooling strategy '{strategy}' in {path} is not supported; encoderrt supports max and sum")
-    if activation != "relu":
-        raise InputError(f"SpladePooling activation '{activation}' in {path} is not supported; encoderrt supports relu")
-    return f"splade_{strategy}"
+    if activation not in ("relu", "log1p_relu"):
+        raise InputError(f"SpladePooling activation '{activation}' in {path} is not supported; encoderrt supports relu "
+                         "and log1p_relu")
+    return f"splade_{strategy}" + ("_log1p_relu" if activation == "log1p_relu" else "")
 
 
 def splade_module(model: Any, pooling: str) -> Any:
@@ -40,7 +42,9 @@ def splade_module(model: Any, pooling: str) -> Any:
 
             logits = self.mlm(**_feeds(input_ids, attention_mask, token_type_ids)).logits
             weights = torch.log1p(torch.relu(logits * attention_mask.unsqueeze(-1).to(logits.dtype)))
-            return weights.max(dim=1).values if pooling == "splade_max" else weights.sum(dim=1)
+            if pooling.endswith("_log1p_relu"):
+                weights = torch.log1p(weights)
+            return weights.max(dim=1).values if pooling.startswith("splade_max") else weights.sum(dim=1)
 
     return SpladeEncoder().eval()
 

@@ -17,14 +17,16 @@ SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
 Task = Literal["embed", "score", "classify", "sparse"]
-Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum"]
+Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum",
+                  "splade_max_log1p_relu", "splade_sum_log1p_relu"]
 Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
 TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
-SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum")
+SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1p_relu", "splade_sum_log1p_relu")
+"""SpladePooling's strategy, and its activation where it is not the standard log(1 + relu) (OpenSearch's second log1p)."""
 """SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""
 ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity", "tanh", "relu")
 LAYOUTS: tuple[str, ...] = ("padded", "packed")

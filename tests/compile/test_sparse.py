@@ -20,9 +20,12 @@ def _reference(folder, texts):
     return SparseEncoder(str(folder), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
 
 
-@pytest.fixture(scope="module", params=["max", "sum"])
+@pytest.fixture(scope="module", params=[("max", "relu"), ("sum", "relu"), ("max", "log1p_relu")],
+                ids=["max", "sum", "max-log1p_relu"])
 def folder(request, tiny_dir):
-    return tm.sparse_encoder_folder(tiny_dir / f"splade-{request.param}", pooling_strategy=request.param)
+    strategy, activation = request.param  # log1p_relu: OpenSearch's models, log1p applied twice
+    return tm.sparse_encoder_folder(tiny_dir / f"splade-{strategy}-{activation}", pooling_strategy=strategy,
+                                    activation=activation)
 
 
 @pytest.mark.parametrize("target", ["cpu", "openvino"])
