@@ -51,12 +51,20 @@ class ServerMiddleware:
         request_id = headers.get("x-request-id") or uuid.uuid4().hex
         status_holder = {"status": 500}
 
+        def observe() -> None:
+            if not status_holder.get("observed"):
+                status_holder["observed"] = True
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                self.metrics.observe(route, status_holder["status"], time.perf_counter() - start)
+
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
                 message.setdefault("headers", [])
                 message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode("latin-1"))]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                observe()  # before the client can read the reply: a scrape right after it counts it
             await send(message)
 
         try:
@@ -82,8 +90,7 @@ class ServerMiddleware:
                 if not status_holder.get("started"):
                     await error_response(500, "internal error; the server log has the cause")(scope, receive, send_with_id)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.observe(route, status_holder["status"], time.perf_counter() - start)
+            observe()  # a request that never finished a reply (disconnected, cut off) counts here
 
     def _refusal(self, path: str, headers: dict[str, str], authorizations: int):
         if authorizations > 1:  # which one counts would be a proxy's guess; refuse rather than pick
