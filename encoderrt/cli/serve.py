@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue-seconds", type=float, default=5.0, metavar="S",
                         help="work waiting per model, in seconds at the measured throughput, before 429 ('inf': no limit)")
     parser.add_argument("--max-client-batch-size", type=int, default=512, metavar="N", help="most items per request")
+    parser.add_argument("--max-token-embeddings", type=int, default=8192, metavar="N",
+                        help="most token vectors one /embed_all request returns; above it, 413")
     parser.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, metavar="N")
     parser.add_argument("--max-header-bytes", type=int, default=32 * 1024, metavar="N",
                         help="largest request head (request line and headers); above it, 431")
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
-                              max_queue_seconds=args.max_queue_seconds,
+                              max_queue_seconds=args.max_queue_seconds, max_token_embeddings=args.max_token_embeddings,
                               long_inputs=args.long_inputs)
         connections = ConnectionLimits(max_header_bytes=args.max_header_bytes, max_connections=args.max_connections,
                                        read_timeout_s=args.request_read_timeout, keep_alive_s=args.keep_alive_timeout)

@@ -49,7 +49,7 @@ class Build:
             max_length=source.max_length,
             pad_token_id=_save_tokenizer(source, folder),
             inputs=source.graph_inputs,
-            outputs=(source.output_name,),
+            outputs=source.graph_outputs,
             precision=self.options.precision,
             target=self.options.target,
             model_file="model.onnx",

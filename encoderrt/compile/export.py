@@ -15,6 +15,7 @@ import torch
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
+from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
 from encoderrt.runtime.tokenizer import POOLING_START
 
 OPSET = 17
@@ -81,16 +82,18 @@ def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
 
 
 class GraphInputs(torch.nn.Module):
-    """The module taking the graph's inputs in the graph's order, as the exporters pass them (positionally):
-    a family without segment ids may still take pooling_start, which its keyword signature names."""
+    """The module as a graph: inputs in the graph's order, as the exporters pass them (positionally; a family
+    without segment ids may still take pooling_start, which its keyword signature names), and an embedding
+    model's token states as a second output."""
 
-    def __init__(self, module: torch.nn.Module, names: tuple[str, ...]):
+    def __init__(self, module: torch.nn.Module, source: SourceModel):
         super().__init__()
         self.module = module
-        self.names = names
+        self.names = source.graph_inputs
+        self.options = {"with_token_embeddings": True} if TOKEN_EMBEDDINGS in source.graph_outputs else {}
 
     def forward(self, *inputs):
-        return self.module(**dict(zip(self.names, inputs)))
+        return self.module(**dict(zip(self.names, inputs)), **self.options)
 
 
 class PooledEncoder(torch.nn.Module):
@@ -102,12 +105,12 @@ class PooledEncoder(torch.nn.Module):
         self.pooling = pooling
         self.dense = torch.nn.ModuleList(dense)
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, pooling_start=None):
+    def forward(self, input_ids, attention_mask, token_type_ids=None, pooling_start=None, with_token_embeddings=False):
         hidden = self.encoder(**_feeds(input_ids, attention_mask, token_type_ids)).last_hidden_state
         pooled = pool(hidden, attention_mask, self.pooling, pooling_start)
         for module in self.dense:
             pooled = module({"sentence_embedding": pooled})["sentence_embedding"]
-        return pooled
+        return (pooled, hidden) if with_token_embeddings else pooled
 
 
 class ClassifierLogits(torch.nn.Module):
@@ -138,14 +141,15 @@ def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> Non
     names = list(source.graph_inputs)
     dynamic_axes = {name: {0: "batch", 1: "sequence"} if name != POOLING_START else {0: "batch"} for name in names}
     dynamic_axes[output_name(source)] = {0: "batch"}
+    dynamic_axes[TOKEN_EMBEDDINGS] = {0: "batch", 1: "sequence"}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            GraphInputs(module, source.graph_inputs),
+            GraphInputs(module, source),
             example_inputs(source),
             str(path),
             input_names=names,
-            output_names=[output_name(source)],
+            output_names=list(source.graph_outputs),
             dynamic_axes=dynamic_axes,
             opset_version=OPSET,
             do_constant_folding=True,

@@ -51,16 +51,17 @@ def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
     """Convert the PyTorch module to an IR at `path` (model.xml + model.bin); returns its fused-op counts."""
     import torch
 
-    from encoderrt.compile.export import GraphInputs, example_inputs, load_export_model, output_name
+    from encoderrt.compile.export import GraphInputs, example_inputs, load_export_model
 
     ov = _openvino()
-    module = GraphInputs(load_export_model(source, "sdpa"), source.graph_inputs)
+    module = GraphInputs(load_export_model(source, "sdpa"), source)
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         model = ov.convert_model(module, example_input=example_inputs(source))
     for port, name in zip(model.inputs, source.graph_inputs):
         port.get_tensor().set_names({name})
-    model.outputs[0].get_tensor().set_names({output_name(source)})
+    for port, name in zip(model.outputs, source.graph_outputs):
+        port.get_tensor().set_names({name})
     counts = op_counts(model)
     check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.num_layers))
     ov.save_model(model, str(path), compress_to_fp16=False)

@@ -16,7 +16,7 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.sparse import splade_pooling
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
-from encoderrt.runtime.manifest import POOLINGS, Activation, Pooling, Task
+from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, Pooling, Task
 from encoderrt.runtime.tokenizer import POOLING_START
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
@@ -66,6 +66,11 @@ class SourceModel:
     @property
     def output_name(self) -> str:
         return "embeddings" if self.task in ("embed", "sparse") else "logits"
+
+    @property
+    def graph_outputs(self) -> tuple[str, ...]:
+        """The padded graphs' outputs: the pooled or scored rows, and for embedding models every token's state too."""
+        return (self.output_name, TOKEN_EMBEDDINGS) if self.task == "embed" else (self.output_name,)
 
     @property
     def graph_inputs(self) -> tuple[str, ...]:

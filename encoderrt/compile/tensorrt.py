@@ -213,7 +213,7 @@ def _graph(build: Build, folder: Path) -> tuple[Manifest, tuple[str, ...], dict[
             fused_ops = {"Attention": standard_attention_count(exported, source.num_layers)}
         graph_target, graph_inputs = "cpu", source.architecture.input_names
     manifest = build.manifest(folder, fused_ops, precision="int8" if int8 else "fp32", target=graph_target,
-                              layout=options.layout, model_file=MODEL_FILE)
+                              layout=options.layout, model_file=MODEL_FILE, outputs=(source.output_name,))
     if not int8:
         return manifest, graph_inputs, {}
     with reporter.step("quantise", "static int8 QDQ, SmoothQuant on LayerNorm-fed MatMuls, calibrated on built-in texts"):

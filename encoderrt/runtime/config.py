@@ -27,6 +27,9 @@ class EngineConfig:
     """Embedding inputs past the model's limit: cut at it, or embedded in chunks and merged (runtime/chunking.py)."""
     default_prompt_name: str | None = None
     """Overrides the folder's default prompt (TEI's --default-prompt-name); "" serves without one."""
+    max_token_embeddings: int = 8192
+    """Token vectors one embed_tokens request (TEI's /embed_all) may return: each is hidden-size floats, so 8,192
+    tokens of a 384-wide model are 12.6 MB as float32 and some 60 MB as JSON."""
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
@@ -39,5 +42,7 @@ class EngineConfig:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
         if self.long_inputs not in ("truncate", "chunk"):
             raise ValueError(f"long_inputs must be 'truncate' or 'chunk', got {self.long_inputs!r}")
+        if self.max_token_embeddings < 1:
+            raise ValueError(f"max_token_embeddings must be positive, got {self.max_token_embeddings}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must not be negative, got {self.max_wait_ms}")

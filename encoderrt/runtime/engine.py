@@ -34,6 +34,7 @@ from encoderrt.runtime.requests import (
     ScoreRequest,
     SparseEmbedRequest,
     TextOrTexts,
+    TokenEmbedRequest,
     Truncation,
     as_texts,
 )
@@ -111,7 +112,7 @@ class Engine:
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self._planner = Planner(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
-                                config.long_inputs == "chunk")
+                                config.long_inputs == "chunk", config.max_token_embeddings)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""
         self.info = EngineInfo(
@@ -149,6 +150,12 @@ class Engine:
         vectors = self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
                                         prompt=prompt)).value
         return vectors if precision == "float32" else self.quantizer.quantize(vectors, precision, normalize, dimensions)
+
+    def embed_tokens(self, texts: TextOrTexts, truncate: Truncation = True, prompt_name: str | None = None,
+                     prompt: str | None = None) -> list[np.ndarray]:
+        """Every token's final hidden state, one [tokens, hidden] array per text, as
+        SentenceTransformer.encode(output_value="token_embeddings") returns them (TEI's /embed_all)."""
+        return self.run(TokenEmbedRequest(as_texts(texts, "texts"), truncate, prompt_name, prompt)).value
 
     def embed_sparse(self, texts: TextOrTexts, top_k: int | None = None, truncate: Truncation = True) -> list[list[tuple[int, float]]]:
         """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first."""
@@ -204,7 +211,7 @@ class Engine:
         start = time.perf_counter()
         plan = self._planner.plan(request)
         tokenized = time.perf_counter()
-        completed = self._scheduler.submit(plan.rows).result()
+        completed = self._scheduler.submit(plan.rows, plan.token_embeddings).result()
         return self._complete(plan, completed, tokenized - start)
 
     async def arun(self, request: Request) -> Completion:
@@ -215,11 +222,16 @@ class Engine:
             plan = await asyncio.get_running_loop().run_in_executor(None, self._planner.plan, request)
         tokenized = time.perf_counter()
         # cancelling the awaiting task cancels the Future, and the scheduler drops its rows
-        completed = await asyncio.wrap_future(self._scheduler.submit(plan.rows))
+        completed = await asyncio.wrap_future(self._scheduler.submit(plan.rows, plan.token_embeddings))
         return self._complete(plan, completed, tokenized - start)
 
     def _complete(self, plan: Plan, completed: Completed, tokenize_seconds: float) -> Completion:
-        outputs = np.stack(completed.outputs) if completed.outputs else np.empty((0, self.manifest.shape.output_dim), np.float32)
+        if plan.token_embeddings:
+            outputs: Any = completed.outputs
+        elif completed.outputs:
+            outputs = np.stack(completed.outputs)
+        else:
+            outputs = np.empty((0, self.manifest.shape.output_dim), np.float32)
         timings = Timings(tokenize_seconds, completed.queue_seconds, completed.inference_seconds)
         self.stats.add(requests=1, tokenize_seconds=timings.tokenize, queue_seconds=timings.queue, inference_seconds=timings.inference)
         return Completion(plan.finish(outputs), sum(len(r.ids) for r in plan.rows), timings)

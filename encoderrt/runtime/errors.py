@@ -20,6 +20,10 @@ class InputTooLong(InvalidRequest):
         self.index, self.length, self.limit = index, length, limit
 
 
+class ResultTooLarge(InvalidRequest):
+    """The answer would be larger than the engine returns for one request (HTTP 413)."""
+
+
 class Overloaded(EngineError):
     """The queue is full: retry later (HTTP 429 with Retry-After). Raised at once, never after a wait."""
 

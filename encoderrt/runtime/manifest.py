@@ -25,6 +25,9 @@ Layout = Literal["padded", "packed"]
 
 TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+TOKEN_EMBEDDINGS = "token_embeddings"
+"""The second output of an embedding graph: every token's final hidden state [rows, width, hidden], before pooling
+(sentence-transformers' output_value="token_embeddings", TEI's /embed_all)."""
 SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1p_relu", "splade_sum_log1p_relu")
 """SpladePooling's strategy, and its activation where it is not the standard log(1 + relu) (OpenSearch's second log1p)."""
 """SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""

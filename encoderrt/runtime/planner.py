@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.chunking import chunk_rows, merge_chunks
-from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
+from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, check_count, check_dimensions, cosine_pairs, shape_embeddings, softmax, sparse_rows
 from encoderrt.runtime.prompts import resolve_prompt, with_prompt
 from encoderrt.runtime.requests import (
@@ -25,6 +25,7 @@ from encoderrt.runtime.requests import (
     Request,
     ScoreRequest,
     SparseEmbedRequest,
+    TokenEmbedRequest,
     Truncation,
     as_texts,
     pair_texts,
@@ -37,13 +38,16 @@ class Plan:
     """Rows to run for one request, and how to turn their outputs into the answer."""
 
     rows: list[Tokens]
-    finish: Callable[[np.ndarray], Any]
+    finish: Callable[[Any], Any]
+    """Gets the rows' outputs stacked, or, for token embeddings, the list of each row's [tokens, hidden] states."""
+    token_embeddings: bool = False
 
 
 class Planner:
     def __init__(self, manifest: Manifest, tokenizer: TextTokenizer, name: str, default_prompt_name: str | None,
-                 chunk_long_inputs: bool):
+                 chunk_long_inputs: bool, max_token_embeddings: int):
         self.manifest = manifest
+        self._max_token_embeddings = max_token_embeddings
         self._tokenizer = tokenizer
         self._name = name
         self._default_prompt_name = default_prompt_name
@@ -62,6 +66,8 @@ class Planner:
     def _plan(self, request: Request) -> Plan:
         if isinstance(request, EmbedRequest):
             return self._plan_embed(request)
+        if isinstance(request, TokenEmbedRequest):
+            return self._plan_token_embed(request)
         if isinstance(request, ScoreRequest):
             return self._plan_score(*pair_texts(request.text_1, request.text_2), request.truncate, request.activation)
         if isinstance(request, RerankRequest):
@@ -116,6 +122,23 @@ class Planner:
             rows = self._pooled_after(prefix, tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut,
                                                                side=request.truncation_side))
         return Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
+
+    def _plan_token_embed(self, request: TokenEmbedRequest) -> Plan:
+        self._require("embed_all", "embed")
+        if TOKEN_EMBEDDINGS not in self.manifest.outputs:
+            raise InvalidRequest(f"this artifact of {self._name} has no token embeddings output (compiled for "
+                                 f"{self.manifest.target}, or by an older encoderrt); recompile it for cpu or openvino")
+        if request.truncation_side not in ("right", "left"):
+            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {request.truncation_side!r}")
+        tokenizer, cut = self.tokenizer_for(request.truncate)
+        prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, request.prompt_name, request.prompt)
+        rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut, side=request.truncation_side)
+        total = sum(len(row.ids) for row in rows)
+        if total > self._max_token_embeddings:
+            raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
+                                 f"{self._max_token_embeddings} token embeddings ({self.manifest.shape.hidden_size} floats "
+                                 "each): send fewer or shorter texts")
+        return Plan(rows, lambda states: [state.astype(np.float32, copy=False) for state in states], token_embeddings=True)
 
     def _excluded_prompt_tokens(self, prefix: str) -> int:
         """How many leading tokens pooling skips: the prompt's, where the model leaves its prompt out of pooling."""

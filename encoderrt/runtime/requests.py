@@ -36,6 +36,18 @@ class EmbedRequest:
 
 
 @dataclass(frozen=True)
+class TokenEmbedRequest:
+    """Every token's final hidden state, before pooling (sentence-transformers' output_value="token_embeddings",
+    TEI's /embed_all): one [tokens, hidden] array per text, special and prompt tokens included."""
+
+    texts: Sequence[str]
+    truncate: Truncation = True
+    prompt_name: str | None = None
+    prompt: str | None = None
+    truncation_side: Literal["right", "left"] = "right"
+
+
+@dataclass(frozen=True)
 class SparseEmbedRequest:
     """SPLADE-style sparse vectors: (token id, weight) pairs per text."""
 
@@ -68,7 +80,7 @@ class ClassifyRequest:
     truncate: Truncation = True
 
 
-Request = EmbedRequest | SparseEmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
+Request = EmbedRequest | TokenEmbedRequest | SparseEmbedRequest | ScoreRequest | RerankRequest | ClassifyRequest
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,11 @@ class Completed:
 class _Ticket:
     """One submission: its result slots and the Future its caller waits on."""
 
-    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock")
+    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock", "token_states")
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, token_states: bool = False):
+        self.token_states = token_states
+        """Wants each row's token states ([tokens, hidden]) instead of its pooled output."""
         self.future: Future[Completed] = Future()
         self.outputs: list[np.ndarray | None] = [None] * size
         self.remaining = size
@@ -126,8 +128,9 @@ class Scheduler:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, rows: Sequence[Tokens]) -> Future[Completed]:
-        ticket = _Ticket(len(rows))
+    def submit(self, rows: Sequence[Tokens], token_states: bool = False) -> Future[Completed]:
+        """`token_states`: deliver each row's token states (the backend's run_with_tokens) instead of its output."""
+        ticket = _Ticket(len(rows), token_states)
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
@@ -238,8 +241,10 @@ class Scheduler:
                     ticket.started = started
         tokens = [row.tokens for row in rows]
         width = max(len(t.ids) for t in tokens)
+        with_tokens = any(ticket.token_states for row in rows for ticket, _ in row.consumers)
         try:
-            outputs = backend.run(self._pad(tokens))
+            feeds = self._pad(tokens)
+            outputs, states = backend.run_with_tokens(feeds) if with_tokens else (backend.run(feeds), None)
         except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
             self._stats.add(failed_batches=1)
             # the backend's own message names its internals: it goes to the log, the caller gets ours
@@ -253,6 +258,7 @@ class Scheduler:
         real_tokens = sum(len(t.ids) for t in tokens)
         self.admission.observe(real_tokens, len(rows) * width, time.perf_counter(), more_queued=bool(self._rows))
         self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=len(rows) * width)
-        for row, output in zip(rows, outputs):
+        for i, (row, output) in enumerate(zip(rows, outputs)):
             for ticket, index in row.consumers:
-                ticket.deliver(index, output)
+                # a row's own tokens only: the padding's states are not the caller's
+                ticket.deliver(index, states[i, : len(row.tokens.ids)].copy() if ticket.token_states else output)

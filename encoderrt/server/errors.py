@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from encoderrt.runtime.errors import EngineClosed, EngineError, InferenceFailed, InvalidRequest, Overloaded
+from encoderrt.runtime.errors import EngineClosed, EngineError, InferenceFailed, InvalidRequest, Overloaded, ResultTooLarge
 from encoderrt.server.responses import JSONResponse
 
 
@@ -40,7 +40,8 @@ class NotReady(APIError):
     status = 503
 
 
-STATUS: list[tuple[type[Exception], int]] = [
+STATUS: list[tuple[type[Exception], int]] = [  # first match wins: subclasses before their bases
+    (ResultTooLarge, 413),
     (InvalidRequest, 400),
     (Overloaded, 429),
     (EngineClosed, 503),

@@ -20,6 +20,7 @@ VERB_TASKS: dict[str, tuple[str, ...]] = {
     "rerank": ("score", "embed"),
     "classify": ("classify", "score"),
     "embed_sparse": ("sparse",),
+    "embed_all": ("embed",),
     "pooling": ("embed", "classify", "score"),
     "tokenize": ("embed", "score", "classify", "sparse"),
 }

@@ -15,6 +15,7 @@ from encoderrt.runtime.requests import (
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
+    TokenEmbedRequest,
     as_texts,
 )
 from encoderrt.server import common
@@ -35,6 +36,15 @@ class EmbedBody(RequestBody):
     """One of the model's prompts, as TEI takes it; unset: the model's default prompt."""
     truncation_direction: Literal["Right", "Left"] = "Right"
     """Which end `truncate` cuts; Left keeps a text's end."""
+
+
+class EmbedAllBody(RequestBody):
+    model: str | None = None
+    """Which served model answers; TEI serves one, so it is optional here."""
+    inputs: str | NonEmpty[str]
+    truncate: bool = False
+    prompt_name: str | None = None
+    truncation_direction: Literal["Right", "Left"] = "Right"
 
 
 class EmbedSparseBody(RequestBody):
@@ -74,6 +84,19 @@ async def embed(body: EmbedBody, request: Request) -> Response:
                                                        prompt_name=body.prompt_name,
                                                        truncation_side=body.truncation_direction.lower()))
     return common.reply(completion.value, completion, started)
+
+
+@router.post("/embed_all")
+async def embed_all(body: EmbedAllBody, request: Request) -> Response:
+    """TEI's token embeddings: per input, every token's final hidden state (special and prompt tokens included),
+    unpooled and unnormalised; past the engine's max_token_embeddings a 413."""
+    started = time.perf_counter()
+    served = common.resolve(request, body.model, "embed_all")
+    texts = as_texts(body.inputs, "inputs")
+    common.check_items(request, texts, "inputs")
+    completion = await served.engine.arun(TokenEmbedRequest(texts, body.truncate, body.prompt_name,
+                                                            truncation_side=body.truncation_direction.lower()))
+    return common.reply([states.tolist() for states in completion.value], completion, started)
 
 
 @router.post("/embed_sparse")

@@ -1,6 +1,6 @@
-"""The one interface every backend implements: padded numpy feeds in, one output array out.
+"""The one interface every backend implements: padded numpy feeds in, the graph's output array out.
 
-`run` must be safe to call from `parallel_runs` threads at once.
+`run` (and `run_with_tokens`) must be safe to call from `parallel_runs` threads at once.
 """
 
 from __future__ import annotations
@@ -37,5 +37,10 @@ class Backend(Protocol):
     """What really runs, for EngineInfo and reports: runtime and precision, and any fallback the hardware forced."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """Run one padded batch; returns the graph's single output ([rows, dim])."""
+        """Run one padded batch; returns the graph's first output ([rows, dim])."""
+        ...
+
+    def run_with_tokens(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The first output and the token states ([rows, width, hidden]); called only for artifacts whose manifest
+        lists the token_embeddings output, so a backend that never serves one need not define it."""
         ...

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
-from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
 
 TARGET = "cpu"
 KEEP_UNFUSED = ["SkipLayerNormFusion"]
@@ -33,6 +33,10 @@ class OnnxRuntimeBackend:
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         return self._session.run([self._output], feeds)[0]
+
+    def run_with_tokens(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        pooled, tokens = self._session.run([self._output, TOKEN_EMBEDDINGS], feeds)
+        return pooled, tokens
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OnnxRuntimeBackend:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
-from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
 
 TARGET = "openvino"
 MODEL_FILE = "model.xml"
@@ -79,10 +79,18 @@ class OpenVinoBackend:
             self._idle.put(request)
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self._infer(feeds, (0,))[0]
+
+    def run_with_tokens(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        pooled, tokens = self._infer(feeds, (0, TOKEN_EMBEDDINGS))
+        return pooled, tokens
+
+    def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[int | str, ...]) -> list[np.ndarray]:
         request = self._idle.get()  # never waits while callers respect parallel_runs
         try:
-            # inputs are read in place; the output is copied out before the request is reused
-            return request.infer(feeds, share_inputs=True, share_outputs=False)[0]
+            # inputs are read in place; only the outputs asked for are copied out, before the request is reused
+            results = request.infer(feeds, share_inputs=True, share_outputs=True)
+            return [np.array(results[key], copy=True) for key in outputs]
         finally:
             self._idle.put(request)
 
