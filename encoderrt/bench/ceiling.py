@@ -40,7 +40,9 @@ def cpu_tier(flags: list[str]) -> str:
         return "amx"
     if "avx512_bf16" in flags:
         return "avx512_bf16"
-    return "avx512" if "avx512f" in flags else "other"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "other"
 
 
 def _ort_gemm(k: int, n: int, integer: bool, threads: int, seconds: float) -> float:
