@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from encoderrt.cli import common
 from encoderrt.compile.cache import BUNDLED_NAME
@@ -51,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM, how long in-flight requests may finish; those still running get a 503")
 
 
+if TYPE_CHECKING:
+    from encoderrt.server.settings import ServerSettings
+
+
 def run(args: argparse.Namespace) -> int:
     from encoderrt.runtime.config import EngineConfig
     from encoderrt.server.loading import ModelSpec, plan_models
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
              for i, path in enumerate(paths)]
     if args.ray:
-        return _serve_on_ray(args, console)
+        return _serve_on_ray(args, settings, console)
     try:  # every path, name and the port are checked before anything compiles or binds
         models = plan_models(specs)
         _check_port(settings.host, settings.port)
@@ -97,16 +102,30 @@ def run(args: argparse.Namespace) -> int:
         return 130
 
 
-def _serve_on_ray(args: argparse.Namespace, console) -> int:
+def _serve_on_ray(args: argparse.Namespace, settings: ServerSettings, console) -> int:
+    from encoderrt.server.settings import ConnectionLimits, ServerSettings
+
     try:
         from encoderrt.deploy import ray as on_ray
     except ImportError as exc:
         console.print(f"[red]error:[/] --ray needs Ray Serve: pip install 'encoderrt[ray]' ({exc})")
         return 2
+    if settings.connections != ConnectionLimits() or settings.graceful_shutdown_s != ServerSettings().graceful_shutdown_s:
+        console.print("[red]error:[/] with --ray, Ray's proxy holds the connections and drains the replicas: "
+                      "--max-header-bytes, --max-connections, --request-read-timeout, --keep-alive-timeout and "
+                      "--shutdown-timeout do not apply (configure Ray Serve's proxy instead)")
+        return 2
     try:
+        engine = settings.engine
         options = on_ray.RayAppArgs(models=[str(p) for p in args.models] or [BUNDLED_NAME],
                                     served_model_names=args.served_model_name, replicas=args.replicas,
-                                    autoscale=args.autoscale, api_key=args.api_key, max_batch_tokens=args.max_batch_tokens)
+                                    autoscale=args.autoscale, api_key=args.api_key,
+                                    default_prompt_names=args.default_prompt_name,
+                                    max_batch_tokens=engine.max_batch_tokens, max_queue=engine.max_queue_items,
+                                    max_queue_seconds=engine.max_queue_seconds, long_inputs=engine.long_inputs,
+                                    max_token_embeddings=engine.max_token_embeddings,
+                                    max_client_batch_size=settings.max_client_batch_size,
+                                    max_body_bytes=settings.max_body_bytes)
         _check_port(args.host, args.port)
         common.offline_and_quiet()
         return on_ray.run(options, args.host, args.port, args.ray_address)

@@ -18,12 +18,15 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from ray import serve
 from ray.serve import metrics
 
 from encoderrt.runtime import Engine, EngineConfig
+from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.prompts import default_prompt
 from encoderrt.server.app import create_app
 from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
@@ -40,6 +43,8 @@ to load, and traffic to a retrieval service comes in waves)."""
 class ServedArtifact(BaseModel):
     name: str
     path: str
+    default_prompt_name: str | None = None
+    """Overrides the folder's default prompt for this model ("" for none), as `serve --default-prompt-name` does."""
 
 
 class RayAppArgs(BaseModel):
@@ -58,13 +63,32 @@ class RayAppArgs(BaseModel):
     request_tokens: int = 1024
     """Tokens of a typical request of your traffic (eight 128-token passages by default): with the engine's measured
     budget it sets the autoscaling target."""
+    default_prompt_names: list[str] = []
+    """Per model, in order, the default prompt replacing the folder's ("" for none): "query,,passage"."""
     api_key: str | None = None
+    # the engine's and the app's limits, as `encoderrt serve` takes them (the connection limits are Ray's proxy's)
     max_batch_tokens: int | None = None
+    max_queue: int = 8192
+    max_queue_seconds: float = 5.0
+    long_inputs: Literal["truncate", "chunk"] = "truncate"
+    max_token_embeddings: int = 8192
+    max_client_batch_size: int = 512
+    max_body_bytes: int = 2 * 1024 * 1024
 
     @field_validator("models", "served_model_names", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return [part for part in value.split(",") if part] if isinstance(value, str) else value
+
+    @field_validator("default_prompt_names", mode="before")
+    @classmethod
+    def _comma_separated_keeping_empty(cls, value: object) -> object:
+        return value.split(",") if isinstance(value, str) else value
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(max_batch_tokens=self.max_batch_tokens, max_queue_items=self.max_queue,
+                            max_queue_seconds=self.max_queue_seconds, long_inputs=self.long_inputs,
+                            max_token_embeddings=self.max_token_embeddings)
 
 
 @serve.deployment(health_check_period_s=HEALTH_CHECK_PERIOD_S, graceful_shutdown_timeout_s=30)
@@ -76,7 +100,8 @@ class EncoderReplica:
         self.settings = settings
         self.registry = ModelRegistry()
         for artifact in artifacts:
-            self.registry.add(artifact.name, Engine.load(artifact.path, settings.engine))
+            config = replace(settings.engine, default_prompt_name=artifact.default_prompt_name)
+            self.registry.add(artifact.name, Engine.load(artifact.path, config))
         self.registry.mark_ready()
         self.health = BatchHealth(self.registry)
         self.metrics = ReplicaMetrics(self.registry)
@@ -159,12 +184,14 @@ def app(args: dict) -> serve.Application:
 
 def build(options: RayAppArgs) -> serve.Application:
     artifacts = compiled_artifacts(options)
-    engine = EngineConfig(max_batch_tokens=options.max_batch_tokens)
+    engine = options.engine_config()
     deployment = EncoderReplica.options(ray_actor_options={"num_cpus": options.cpus_per_replica},
                                         **scaling(options, artifacts, engine))
     # each replica's backend threads match the cores Ray gives it, not every core of the node
     replica_engine = replace(engine, intra_op_threads=math.ceil(options.cpus_per_replica))
-    return deployment.bind(artifacts, ServerSettings(api_key=options.api_key, engine=replica_engine))
+    return deployment.bind(artifacts, ServerSettings(api_key=options.api_key, engine=replica_engine,
+                                                     max_client_batch_size=options.max_client_batch_size,
+                                                     max_body_bytes=options.max_body_bytes))
 
 
 def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:
@@ -197,15 +224,19 @@ def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
     from encoderrt.compile.progress import StepReporter
     from encoderrt.server.loading import ModelSpec, plan_models
 
-    names = options.served_model_names
-    if len(names) > len(options.models):
-        raise ValueError(f"{len(names)} served_model_names for {len(options.models)} models")
+    names, prompts = options.served_model_names, options.default_prompt_names
+    for given, field in ((names, "served_model_names"), (prompts, "default_prompt_names")):
+        if len(given) > len(options.models):
+            raise ValueError(f"{len(given)} {field} for {len(options.models)} models")
     paths = [None if path == BUNDLED_NAME and not Path(path).exists() else Path(path) for path in options.models]
-    specs = [ModelSpec(path, names[i] if i < len(names) else None) for i, path in enumerate(paths)]
+    specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
+             for i, path in enumerate(paths)]
     artifacts = []
     for planned in plan_models(specs):
         path, _ = artifact_for(planned.spec.path, StepReporter(logger=log, prefix=f"{planned.name}: "))
-        artifacts.append(ServedArtifact(name=planned.name, path=str(Path(path).absolute())))
+        prompt = planned.spec.default_prompt_name
+        default_prompt(read_manifest(path), prompt)  # an unknown prompt fails here, not in every replica's start-up
+        artifacts.append(ServedArtifact(name=planned.name, path=str(Path(path).absolute()), default_prompt_name=prompt))
     return artifacts
 
 

@@ -84,40 +84,91 @@ def test_two_replicas_answer_as_sentence_transformers_through_the_sdks(cluster, 
     assert [r.index for r in ranked.results] == list(np.argsort(-scores, kind="stable"))
 
 
+class _Load:
+    """Four clients embedding random picks of TEXTS until the block ends; answers and API errors kept apart."""
+
+    def __init__(self, client: openai.OpenAI):
+        self.client, self.results, self.failures = client, [], []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send, args=(seed,)) for seed in range(4)]
+
+    def _send(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not self._stop.is_set():
+            picked = rng.choice(len(TEXTS), size=4, replace=False)
+            try:
+                reply = self.client.embeddings.create(model="minilm", input=[TEXTS[i] for i in picked])
+            except openai.APIError as error:
+                self.failures.append(error)
+                continue
+            self.results.append((picked, np.array([item.embedding for item in reply.data], dtype=np.float32)))
+
+    def wrong(self, embeddings: np.ndarray) -> list:
+        return [picked for picked, vectors in self.results if (vectors * embeddings[picked]).sum(1).min() < 0.99999]
+
+    def __enter__(self) -> "_Load":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+
 def test_a_replica_killed_under_load_loses_no_request(cluster, models, references):
     _deploy(models, replicas=2)
     embeddings, _ = references
-    client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=5, timeout=60)
-    results, failures = [], []
-    stop = threading.Event()
-
-    def load(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        while not stop.is_set():
-            picked = rng.choice(len(TEXTS), size=4, replace=False)
-            try:
-                reply = client.embeddings.create(model="minilm", input=[TEXTS[i] for i in picked])
-            except openai.APIError as error:  # a clean, retryable error is allowed; a wrong vector is not
-                failures.append(error)
-                continue
-            results.append((picked, np.array([item.embedding for item in reply.data], dtype=np.float32)))
-
-    clients = [threading.Thread(target=load, args=(seed,)) for seed in range(4)]
-    for thread in clients:
-        thread.start()
-    time.sleep(3)
-    replica = next(actor for actor in ray.util.list_named_actors(all_namespaces=True)
-                   if actor["name"].startswith("SERVE_REPLICA::") and "EncoderReplica" in actor["name"])
-    ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
-    time.sleep(5)
-    stop.set()
-    for thread in clients:
-        thread.join(60)
-    wrong = [picked for picked, vectors in results if (vectors * embeddings[picked]).sum(1).min() < 0.99999]
-    print(f"replica killed under load: {len(results)} answers, {len(wrong)} wrong, {len(failures)} retryable errors")
-    assert results and not wrong, f"{len(wrong)} of {len(results)} answers had wrong vectors"
+    with _Load(openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=5, timeout=60)) as load:
+        time.sleep(3)
+        replica = next(actor for actor in ray.util.list_named_actors(all_namespaces=True)
+                       if actor["name"].startswith("SERVE_REPLICA::") and "EncoderReplica" in actor["name"])
+        ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
+        time.sleep(5)
+    wrong, failures = load.wrong(embeddings), load.failures
+    print(f"replica killed under load: {len(load.results)} answers, {len(wrong)} wrong, {len(failures)} retryable errors")
+    assert load.results and not wrong, f"{len(wrong)} of {len(load.results)} answers had wrong vectors"
+    # a clean, retryable error is allowed; a wrong vector is not
     assert all(isinstance(error, openai.APIStatusError) and error.status_code in (502, 503) for error in failures), failures
     _wait_for_replicas(2)  # Ray replaced the dead replica
+
+
+def test_scaling_down_under_load_finishes_every_request(cluster, models, references):
+    """2 -> 1 replicas through the config while 4 clients keep sending: the replica Ray stops drains what it holds
+    (graceful shutdown), new requests go to the other, and no request fails or comes back wrong. The app's limits
+    reach the replicas too: a request over max_client_batch_size gets the replica's own 413."""
+    limited = {**models, "max_client_batch_size": 6}
+    _deploy(limited, replicas=2)
+    embeddings, _ = references
+    client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=0, timeout=60)
+    with _Load(client) as load:
+        time.sleep(2)
+        before = len(load.results)
+        _deploy(limited, replicas=1)
+        time.sleep(3)
+    wrong, failures = load.wrong(embeddings), load.failures
+    print(f"scaled 2 -> 1 under load: {len(load.results)} answers ({len(load.results) - before} during and after), "
+          f"{len(wrong)} wrong, {len(failures)} failed")
+    assert len(load.results) > before and not wrong and not failures, failures[:3]
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.embeddings.create(model="minilm", input=TEXTS[:7])
+    assert refused.value.status_code == 413 and "--max-client-batch-size" in str(refused.value)
+
+
+def test_a_default_prompt_the_model_lacks_fails_on_the_driver(models):
+    options = RayAppArgs.model_validate({**models, "default_prompt_names": "query"})
+    with pytest.raises(ValueError, match="default prompt name 'query' is not one of this model's prompts: none"):
+        compiled_artifacts(options)
+    kept = RayAppArgs.model_validate({**models, "default_prompt_names": ",,"})
+    assert kept.default_prompt_names == ["", "", ""]  # "" (no prompt) is a value, not a gap
+
+
+def test_serve_ray_refuses_connection_flags_it_cannot_apply(minilm_fp32):
+    run = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", "--ray", "--max-connections", "10",
+                          str(minilm_fp32.path), "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+    said = " ".join((run.stdout + run.stderr).split())  # the console wraps long lines
+    assert run.returncode == 2 and "--max-connections" in said and "do not apply" in said, said
 
 
 def test_replicas_follow_the_config(cluster, models):
