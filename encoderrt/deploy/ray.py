@@ -67,13 +67,13 @@ class RayAppArgs(BaseModel):
     """Per model, in order, the default prompt replacing the folder's ("" for none): "query,,passage"."""
     api_key: str | None = None
     # the engine's and the app's limits, as `encoderrt serve` takes them (the connection limits are Ray's proxy's)
-    max_batch_tokens: int | None = None
-    max_queue: int = 8192
-    max_queue_seconds: float = 5.0
-    long_inputs: Literal["truncate", "chunk"] = "truncate"
-    max_token_embeddings: int = 8192
-    max_client_batch_size: int = 512
-    max_body_bytes: int = 2 * 1024 * 1024
+    max_batch_tokens: int | None = EngineConfig.max_batch_tokens
+    max_queue: int = EngineConfig.max_queue_items
+    max_queue_seconds: float = EngineConfig.max_queue_seconds
+    long_inputs: Literal["truncate", "chunk"] = EngineConfig.long_inputs
+    max_token_embeddings: int = EngineConfig.max_token_embeddings
+    max_client_batch_size: int = ServerSettings.max_client_batch_size
+    max_body_bytes: int = ServerSettings.max_body_bytes
 
     @field_validator("models", "served_model_names", mode="before")
     @classmethod
@@ -235,7 +235,8 @@ def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
     for planned in plan_models(specs):
         path, _ = artifact_for(planned.spec.path, StepReporter(logger=log, prefix=f"{planned.name}: "))
         prompt = planned.spec.default_prompt_name
-        default_prompt(read_manifest(path), prompt)  # an unknown prompt fails here, not in every replica's start-up
+        # an unknown prompt fails here, not in every replica's start-up (which checks the files' hashes itself)
+        default_prompt(read_manifest(path, verify_files=False), prompt)
         artifacts.append(ServedArtifact(name=planned.name, path=str(Path(path).absolute()), default_prompt_name=prompt))
     return artifacts
 

@@ -6,7 +6,7 @@ prompts, chunks of long inputs, pairs; the scheduler only ever sees rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,8 +108,6 @@ class Planner:
             if request.prompt_name is not None or request.prompt:
                 raise InvalidRequest("a prompt applies to texts, not to token ids")
             rows = tokenizer.from_ids(request.token_ids, self.manifest.shape.vocab_size, cut)
-        elif request.truncation_side not in ("right", "left"):
-            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {request.truncation_side!r}")
         elif self._chunk_long_inputs and isinstance(request.truncate, bool) and request.truncation_side == "right":
             # a per-request length, or an explicit cut at the start, still cuts
             rows, counts = chunk_rows(self._tokenizer, with_prompt(as_texts(request.texts, "texts"), prefix))
@@ -119,20 +117,24 @@ class Planner:
             return Plan(rows, lambda outputs: shape_embeddings(merge_chunks(outputs, rows, counts), normalize,
                                                                 request.dimensions))
         else:
-            rows = self._pooled_after(prefix, tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut,
-                                                               side=request.truncation_side))
+            rows = self._pooled_after(prefix, self._prompted_rows(request.texts, prefix, tokenizer, cut, request.truncation_side))
         return Plan(rows, lambda outputs: shape_embeddings(outputs, normalize, request.dimensions))
+
+    @staticmethod
+    def _prompted_rows(texts: Sequence[str], prefix: str, tokenizer: TextTokenizer, cut: bool, side: str) -> list[Tokens]:
+        """Texts with their prompt in front, tokenised, truncation cutting the `side` end."""
+        if side not in ("right", "left"):
+            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {side!r}")
+        return tokenizer.encode(with_prompt(as_texts(texts, "texts"), prefix), cut, side=side)
 
     def _plan_token_embed(self, request: TokenEmbedRequest) -> Plan:
         self._require("embed_all", "embed")
         if TOKEN_EMBEDDINGS not in self.manifest.outputs:
             raise InvalidRequest(f"this artifact of {self._name} has no token embeddings output (compiled for "
                                  f"{self.manifest.target}, or by an older encoderrt); recompile it for cpu or openvino")
-        if request.truncation_side not in ("right", "left"):
-            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {request.truncation_side!r}")
         tokenizer, cut = self.tokenizer_for(request.truncate)
         prefix = resolve_prompt(self.manifest.prompts, self._default_prompt_name, request.prompt_name, request.prompt)
-        rows = tokenizer.encode(with_prompt(as_texts(request.texts, "texts"), prefix), cut, side=request.truncation_side)
+        rows = self._prompted_rows(request.texts, prefix, tokenizer, cut, request.truncation_side)
         total = sum(len(row.ids) for row in rows)
         if total > self._max_token_embeddings:
             raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "

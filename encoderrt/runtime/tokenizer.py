@@ -132,6 +132,7 @@ class TextTokenizer:
             check_token_ids(index, ids, vocab_size)
         return self._plain.decode_batch([list(ids) for ids in batch], skip_special_tokens=skip_special_tokens)
 
+    @lru_cache(maxsize=64)
     def prompt_length(self, prompt: str) -> int:
         """The tokens a prompt occupies at the start of a prompted text, by sentence-transformers' rule: the prompt
         tokenised alone, special tokens included, less a trailing special token (the [SEP] that closes it)."""
