@@ -12,9 +12,9 @@ class InvalidRequest(EngineError, ValueError):
 
 
 class InputTooLong(InvalidRequest):
-    def __init__(self, index: int, length: int, limit: int):
+    def __init__(self, index: int, length: int, limit: int, whose: str = "the model's"):
         super().__init__(
-            f"input {index} is {length} tokens long, above the model's limit of {limit} tokens; "
+            f"input {index} is {length} tokens long, above {whose} limit of {limit} tokens; "
             "shorten it or allow truncation"
         )
         self.index, self.length, self.limit = index, length, limit

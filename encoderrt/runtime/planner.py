@@ -21,6 +21,7 @@ from encoderrt.runtime.requests import (
     Classification,
     ClassifyRequest,
     EmbedRequest,
+    NoLongerThan,
     RerankRequest,
     Request,
     ScoreRequest,
@@ -85,10 +86,12 @@ class Planner:
         """The tokenizer for a request's truncation rule, and whether it truncates."""
         if isinstance(truncate, bool):
             return self._tokenizer, truncate
+        refuse = isinstance(truncate, NoLongerThan)
+        length = truncate.tokens if refuse else truncate
         limit = self.manifest.max_length
-        if not isinstance(truncate, int) or not 2 <= truncate <= limit:
-            raise InvalidRequest(f"truncation length must be an integer from 2 to {limit}, the model's limit; got {truncate!r}")
-        return self._tokenizer.limited(truncate), True
+        if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= limit:
+            raise InvalidRequest(f"truncation length must be an integer from 2 to {limit}, the model's limit; got {length!r}")
+        return self._tokenizer.limited(length), not refuse
 
     def _require(self, verb: str, *tasks: str) -> None:
         if self.manifest.task not in tasks:

@@ -14,8 +14,18 @@ from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.stats import Timings
 
 TextOrTexts = str | Sequence[str]
-Truncation = bool | int
-"""True: cut at the model's limit; False: over-long input is an error; k: cut at k tokens (<= the limit)."""
+
+
+@dataclass(frozen=True)
+class NoLongerThan:
+    """A request's own length limit that refuses rather than cuts (Cohere's truncate=NONE with max_tokens)."""
+
+    tokens: int
+
+
+Truncation = bool | int | NoLongerThan
+"""True: cut at the model's limit; False: over-long input is an error; k: cut at k tokens (<= the limit);
+NoLongerThan(k): input over k tokens is an error."""
 
 
 @dataclass(frozen=True)

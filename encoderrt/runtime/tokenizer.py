@@ -53,10 +53,13 @@ def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
 
 
 class TextTokenizer:
-    def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str]):
+    def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str],
+                 limit_owner: str = "the model's"):
         path = Path(tokenizer_file)
         self.path = path
         self.max_length = max_length
+        self.limit_owner = limit_owner
+        """Whose limit max_length is, for the over-long error: the model's, or a request's own."""
         self.pad_token_id = pad_token_id
         self.input_names = tuple(input_names)
         self._plain = _load(path)
@@ -73,7 +76,7 @@ class TextTokenizer:
         """A tokenizer that truncates at `max_length` (<= the model's limit), for per-request truncation."""
         if max_length == self.max_length:
             return self
-        return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names)
+        return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names, "the request's")
 
     def from_ids(self, token_ids: Sequence[Sequence[int]], vocab_size: int, truncate: bool = True) -> list[Tokens]:
         """Rows from caller-supplied token ids, used as given (special tokens are the caller's)."""
@@ -85,7 +88,7 @@ class TextTokenizer:
                 raise InvalidRequest(f"input {index} has no token ids")
             if len(ids) > self.max_length:
                 if not truncate:
-                    raise InputTooLong(index, len(ids), self.max_length)
+                    raise InputTooLong(index, len(ids), self.max_length, self.limit_owner)
                 ids = ids[: self.max_length]
             rows.append(Tokens(ids, [0] * len(ids)))
         return rows
@@ -149,7 +152,7 @@ class TextTokenizer:
     def _check_lengths(self, rows: Sequence[Tokens]) -> None:
         for index, row in enumerate(rows):
             if len(row.ids) > self.max_length:
-                raise InputTooLong(index, len(row.ids), self.max_length)
+                raise InputTooLong(index, len(row.ids), self.max_length, self.limit_owner)
 
     def pad(self, rows: Sequence[Tokens]) -> dict[str, np.ndarray]:
         """Right-pad to the longest row; feeds hold exactly the inputs the graph declares."""

@@ -18,7 +18,7 @@ from pydantic import ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import EmbedRequest, Truncation
+from encoderrt.runtime.requests import EmbedRequest, NoLongerThan, Truncation
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.registry import ServedModel
@@ -81,12 +81,12 @@ def _prompt_name(served: ServedModel, input_type: str | None) -> str | None:
 
 
 def _truncation(body: CohereEmbedBody, max_length: int) -> tuple[Truncation, Literal["right", "left"]]:
-    """NONE: an over-long text is an error; START / END cut that end (at max_tokens, or the model's limit);
+    """NONE: a text over max_tokens (or the model's limit) is an error; START / END cut that end there;
     unset: the server's policy for long inputs (cut the end, or chunk with --long-inputs chunk)."""
     if body.max_tokens is not None and body.max_tokens < 1:
         raise InvalidRequest(f"max_tokens must be a positive number of tokens, got {body.max_tokens}")
     if body.truncate == "NONE":
-        return False, "right"
+        return (NoLongerThan(body.max_tokens) if body.max_tokens and body.max_tokens < max_length else False), "right"
     length: Truncation = min(body.max_tokens, max_length) if body.max_tokens else (max_length if body.truncate else True)
     return length, "left" if body.truncate == "START" else "right"
 

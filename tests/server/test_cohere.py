@@ -124,6 +124,19 @@ def test_truncation_start_end_none_and_max_tokens(v2, minilm, served):
         v2.embed(texts=[LONG], model="minilm", input_type="search_document", truncate="NONE", embedding_types=["float"])
 
 
+def test_truncate_none_refuses_past_max_tokens(v2, served, minilm):
+    """NONE with max_tokens: a text longer than max_tokens is an error, not cut; one within it is embedded whole."""
+    engine = served[1]["minilm"]
+    text = TEXTS[1]
+    length = len(minilm.tokenizer(text)["input_ids"])  # special tokens included, as max_tokens counts them
+    with pytest.raises(cohere.errors.BadRequestError, match=f"{length} tokens long, above the request's limit of {length - 1}"):
+        v2.embed(texts=[text], model="minilm", input_type="clustering", truncate="NONE", max_tokens=length - 1,
+                 embedding_types=["float"])
+    whole = v2.embed(texts=[text], model="minilm", input_type="clustering", truncate="NONE", max_tokens=length,
+                     embedding_types=["float"]).embeddings.float_
+    np.testing.assert_allclose(np.array(whole), engine.embed([text]), atol=1e-6)
+
+
 def test_output_dimension_and_v2_inputs(v2, served):
     engine = served[1]["minilm"]
     response = v2.embed(inputs=[{"content": [{"type": "text", "text": t}]} for t in TEXTS], model="minilm",
