@@ -46,8 +46,9 @@ def _wait_healthy(process, url, timeout=180, bodies=None):
 
 def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path):
     env = {**os.environ, "ENCODERRT_CACHE": str(tmp_path / "cache")}
-    # 4 x 150 passages are ~15 s of work on a 2-core AVX2 CPU in fp32: past the default 5 s queue limit (429s),
-    # which tests/server/test_overload.py covers; here every request must be served through the drain
+    # 4 x 60 passages are ~6 s of work on a 2-core AVX2 CPU in fp32 (~1 s on AMX in bf16), still running at the
+    # SIGTERM; past the default 5 s queue limit there would be 429s, which tests/server/test_overload.py covers,
+    # and here every request must be served through the drain
     process, url = _start(["--max-batch-tokens", "512", "--max-queue-seconds", "120"], env)
     try:
         bodies = []
@@ -57,15 +58,21 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
         assert {"compiling: export", "compiling: verify"} <= steps
         (artifact,) = (tmp_path / "cache").iterdir()
         assert read_manifest(artifact).source["name"] == "all-MiniLM-L6-v2"
-        texts = workloads.passages(150)
+        texts = workloads.passages(60)
         with Engine.load(artifact, max_batch_tokens=512) as engine:
             expected = engine.embed(texts[:3])
+        def post():
+            response = httpx.post(f"{url}/v1/embeddings", json={"input": texts}, timeout=120)
+            return response, time.monotonic()
+
         with ThreadPoolExecutor(4) as pool:
-            inflight = [pool.submit(httpx.post, f"{url}/v1/embeddings", json={"input": texts}, timeout=120) for _ in range(4)]
-            time.sleep(0.5)
+            inflight = [pool.submit(post) for _ in range(4)]
+            time.sleep(0.3)
             process.send_signal(signal.SIGTERM)
-            responses = [f.result() for f in inflight]
+            signalled = time.monotonic()
+            responses, finished = zip(*(f.result() for f in inflight))
         assert [r.status_code for r in responses] == [200] * 4
+        assert max(finished) > signalled  # work was still running at the SIGTERM, and the drain finished it
         exact = read_manifest(artifact).precision == "fp32"  # bf16 rounds differently in other batch shapes
         for response in responses:
             got = np.array([d["embedding"] for d in response.json()["data"][:3]])
