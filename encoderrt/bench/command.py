@@ -54,7 +54,7 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     baseline = baselines.read_baseline(options.check, tier) if options.check else None  # fail early on a bad file
     user_texts = workloads.read_texts(options.texts_file) if options.texts_file else None
     artifact, name = artifact_for(options.target)
-    engine = Engine.load(artifact, max_batch_tokens=options.max_batch_tokens)
+    engine = runners.load_engine(artifact, options.max_batch_tokens)
     try:
         report = _measure(options, engine, artifact, name or engine.info.name, user_texts, console)
     finally:

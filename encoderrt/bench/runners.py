@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import signal
 import socket
 import subprocess
@@ -90,6 +91,12 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
     return result
 
 
+def load_engine(artifact: Path, max_batch_tokens: int | None) -> Engine:
+    """The engine the bench measures. A closed loop keeps at most `concurrency` requests waiting, so admission's
+    queue-time limit, which bounds open-loop overload, would only refuse the bench's own requests on a slow backend."""
+    return Engine.load(artifact, max_batch_tokens=max_batch_tokens, max_queue_seconds=math.inf)
+
+
 def run_engine(engine: Engine, workload: Workload, concurrency: int, duration: float) -> RunResult:
     async def call(request: Request) -> int:
         return (await engine.arun(request)).prompt_tokens
@@ -127,6 +134,9 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float) ->
             async def call(request: Request) -> int:
                 path, body = http_body(request)
                 response = await http.post(path, json=body)
+                while response.status_code == 429:  # a server that sheds load (`--url`): back off as clients do
+                    await asyncio.sleep(float(response.headers.get("retry-after", 1)))
+                    response = await http.post(path, json=body)
                 response.raise_for_status()
                 payload = response.json()
                 if path == "/v1/embeddings":  # decode like a client would
@@ -153,7 +163,7 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "encoderrt.cli", "serve", str(artifact), "--port", str(port),
-         "--max-batch-tokens", str(max_batch_tokens)],
+         "--max-batch-tokens", str(max_batch_tokens), "--max-queue-seconds", "inf"],  # as the bench's engine
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -163,3 +163,33 @@ def test_reference_kinds_are_checked():
     assert parse_kinds("torch,openvino,torch") == ("torch", "openvino")
     with pytest.raises(ValueError, match="unknown reference tensorflow"):
         parse_kinds("torch,tensorflow")
+
+
+def test_a_slow_backend_is_measured_not_refused(controlled, tiny_artifacts, monkeypatch):
+    """On a backend of 4,000 tokens/s, 8 clients of 64-passage requests queue more than admission's default 5 s of
+    work: the bench's own engine takes them all, and a server that sheds load (`--url`) is waited for as clients
+    do, where the bench used to stop with a traceback."""
+    from controlled_backend import ControlledBackend
+    from server_helpers import ready_registry, running_server
+
+    from encoderrt.bench import runners
+    from encoderrt.runtime import Engine
+    from encoderrt.runtime.errors import Overloaded
+    from encoderrt.runtime.requests import EmbedRequest
+    from encoderrt.server import ServerSettings, create_app
+
+    def workload(size: int) -> workloads.Workload:
+        texts = [workloads.passages(size, seed=seed) for seed in range(8)]
+        return workloads.Workload("passages", [EmbedRequest(t) for t in texts], [t for ts in texts for t in ts], [])
+
+    monkeypatch.setattr(ControlledBackend, "seconds_per_token", 1 / 4000)
+    heavy = workload(64)
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512) as default:
+        assert sum(default.count_tokens(r.texts) for r in heavy.requests) > 5 * 4000
+        with pytest.raises(Overloaded):
+            runners.run_engine(default, heavy, concurrency=8, duration=0.1)
+    with runners.load_engine(tiny_artifacts["st-cls"], 512) as engine:
+        assert runners.run_engine(engine, heavy, concurrency=8, duration=0.1).items == 8 * 64
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512, max_queue_seconds=0.5) as shedding:
+        with running_server(create_app(ServerSettings(), ready_registry(st=shedding))) as url:
+            assert runners.run_http(url, workload(16), concurrency=8, duration=0.1).items == 8 * 16
