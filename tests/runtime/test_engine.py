@@ -339,3 +339,29 @@ def test_token_id_input(minilm_engine):
     np.testing.assert_allclose(by_ids, minilm_engine.embed([text]), atol=1e-6)
     with pytest.raises(InvalidRequest, match="token ids of input 0 must be integers from 0 to 30521"):
         minilm_engine.run(EmbedRequest(token_ids=[[101, 99999999]]))
+
+
+@pytest.mark.parametrize("vocab_size", [30522, 99])
+def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
+    """A 99-token vocabulary (the tiny Unigram checkpoints) once got id 100, and Engine.load failed in the backend."""
+    from encoderrt.runtime.calibration import calibrate
+    from encoderrt.runtime.tokenizer import Tokens
+
+    class Recording:
+        max_batch_tokens = None
+
+        def __init__(self):
+            self.fed: list[np.ndarray] = []
+
+        def run(self, feeds):
+            self.fed.append(feeds["input_ids"])
+            return np.zeros((len(feeds["input_ids"]), 4), dtype=np.float32)
+
+    def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:
+        return {"input_ids": np.array([row.ids for row in rows])}
+
+    backend = Recording()
+    result = calibrate(backend, pad, max_length=64, vocab_size=vocab_size, latency_cap_ms=1e9)
+    assert result.max_batch_tokens >= 64 and backend.fed
+    assert all(0 <= ids.min() and ids.max() < vocab_size for ids in backend.fed)
+    assert len(np.unique(backend.fed[0])) > 3  # still varied text, not one repeated id
