@@ -91,10 +91,15 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
     return result
 
 
+QUEUE_SECONDS = math.inf
+"""The queue-time limit of the engine and the server the bench measures: none. A closed loop keeps at most
+`concurrency` requests waiting, so admission's limit, which bounds open-loop overload, would only refuse the
+bench's own requests on a slow backend."""
+
+
 def load_engine(artifact: Path, max_batch_tokens: int | None) -> Engine:
-    """The engine the bench measures. A closed loop keeps at most `concurrency` requests waiting, so admission's
-    queue-time limit, which bounds open-loop overload, would only refuse the bench's own requests on a slow backend."""
-    return Engine.load(artifact, max_batch_tokens=max_batch_tokens, max_queue_seconds=math.inf)
+    """The engine the bench measures."""
+    return Engine.load(artifact, max_batch_tokens=max_batch_tokens, max_queue_seconds=QUEUE_SECONDS)
 
 
 def run_engine(engine: Engine, workload: Workload, concurrency: int, duration: float) -> RunResult:
@@ -163,7 +168,7 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "encoderrt.cli", "serve", str(artifact), "--port", str(port),
-         "--max-batch-tokens", str(max_batch_tokens), "--max-queue-seconds", "inf"],  # as the bench's engine
+         "--max-batch-tokens", str(max_batch_tokens), "--max-queue-seconds", str(QUEUE_SECONDS)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -61,6 +61,7 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
         texts = workloads.passages(60)
         with Engine.load(artifact, max_batch_tokens=512) as engine:
             expected = engine.embed(texts[:3])
+
         def post():
             response = httpx.post(f"{url}/v1/embeddings", json={"input": texts}, timeout=120)
             return response, time.monotonic()
