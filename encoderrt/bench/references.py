@@ -1,13 +1,15 @@
 """What a user would run instead: sentence-transformers on the very same inputs, with its own backends.
 
 `torch` (fp32, batch 32) is the reference every ratio is measured against; `torch-bf16` is the same
-under torch.autocast(bfloat16), `onnx` and `openvino` are sentence-transformers' `backend=` flag
-(their optimum extras must be installed; the error says which).
+under torch.autocast(bfloat16), `onnx` and `openvino` are sentence-transformers' `backend=` flag (OpenVINO
+runs bf16 by itself wherever the CPU has it, AMX or avx512_bf16: its default precision hint). The optimum
+extras must be installed; the error says which.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import time
 import warnings
 from dataclasses import dataclass
@@ -16,7 +18,15 @@ from pathlib import Path
 from encoderrt.bench.workloads import Workload
 
 KINDS = ("torch", "torch-bf16", "onnx", "openvino")
-_EXTRAS = {"onnx": "optimum[onnxruntime]", "openvino": "optimum-intel[openvino]"}
+_BACKENDS = {"onnx": ("optimum.onnxruntime", "optimum[onnxruntime]"), "openvino": ("optimum.intel", "optimum-intel[openvino]")}
+"""sentence-transformers' backend -> (the module it needs, the pip line that installs it)."""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
 
 
 @dataclass(frozen=True)
@@ -52,21 +62,22 @@ class Reference:
         warnings.filterwarnings("ignore", module="sentence_transformers")
         if task not in ("embed", "score"):
             raise ValueError(f"no sentence-transformers reference for {task} models")
-        backend = kind if kind in _EXTRAS else "torch"
-        try:
-            if task == "embed":
-                from sentence_transformers import SentenceTransformer
+        backend = kind if kind in _BACKENDS else "torch"
+        # sentence-transformers raises a bare Exception for a missing optimum: ask before loading
+        module, extra = _BACKENDS.get(backend, ("sentence_transformers", "sentence-transformers"))
+        if not _installed(module):
+            raise ValueError(f"--reference {kind} needs sentence-transformers' {backend} backend ({module} is not "
+                             f"installed): pip install '{extra}'")
+        loading = {"device": "cpu", "local_files_only": True, "backend": backend}
+        if task == "embed":
+            from sentence_transformers import SentenceTransformer
 
-                self.model = SentenceTransformer(str(source), device="cpu", local_files_only=True, backend=backend)
-                self.model.max_seq_length = max_length
-            else:
-                from sentence_transformers import CrossEncoder
+            self.model = SentenceTransformer(str(source), **loading)
+            self.model.max_seq_length = max_length
+        else:
+            from sentence_transformers import CrossEncoder
 
-                self.model = CrossEncoder(str(source), device="cpu", max_length=max_length, local_files_only=True,
-                                          backend=backend)
-        except ImportError as exc:
-            raise ValueError(f"--reference {kind} needs sentence-transformers' {backend} backend ({exc}): "
-                             f"pip install '{_EXTRAS.get(kind, 'sentence-transformers')}'") from None
+            self.model = CrossEncoder(str(source), max_length=max_length, **loading)
         if kind == "torch-bf16":
             import torch
 

@@ -51,21 +51,21 @@ def run(args: argparse.Namespace) -> int:
 
     console = common.console()
     if args.target is not None and not args.target.is_dir():
-        console.print(f"[red]error:[/] model or artifact folder not found: {args.target}")
+        common.error(console, f"model or artifact folder not found: {args.target}")
         return 2
     if args.check is not None and not args.check.is_file():
-        console.print(f"[red]error:[/] baseline not found: {args.check}")
+        common.error(console, f"baseline not found: {args.check}")
         return 2
     if args.repeat < 1:
-        console.print(f"[red]error:[/] --repeat must be at least 1, got {args.repeat}")
+        common.error(console, f"--repeat must be at least 1, got {args.repeat}")
         return 2
     if not 0 <= args.tolerance < 1:
-        console.print(f"[red]error:[/] --tolerance must be in [0, 1), got {args.tolerance}")
+        common.error(console, f"--tolerance must be in [0, 1), got {args.tolerance}")
         return 2
     try:
         references = parse_kinds(args.reference) if args.reference else ()
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        common.error(console, str(exc))
         return 2
     if references and references[0] != "torch":
         references = ("torch", *(k for k in references if k != "torch"))  # every ratio is against fp32 torch
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return run_bench(options, console)
     except (ValueError, FileNotFoundError, ManifestError, CompileError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        common.error(console, str(exc))
         return 2
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")

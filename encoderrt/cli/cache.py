@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     chosen = [e for e in entries if not args.entries or e.key in args.entries or e.model in args.entries]
     unknown = sorted(set(args.entries) - {e.key for e in chosen} - {e.model for e in chosen})
     if unknown:
-        console.print(f"[red]error:[/] not in the cache: {', '.join(unknown)} (see `encoderrt cache list`)")
+        common.error(console, f"not in the cache: {', '.join(unknown)} (see `encoderrt cache list`)")
         return 2
     reclaimed = cache.clear(chosen, stale_partials=not args.entries)
     print(f"removed {len(chosen)} artifacts, {_mb(reclaimed)} reclaimed")

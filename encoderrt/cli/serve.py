@@ -67,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
     paths = [None if str(p) == BUNDLED_NAME and not p.exists() else p for p in args.models] or [None]
     names = args.served_model_name
     if len(names) > len(paths):
-        console.print(f"[red]error:[/] {len(names)} --served-model-name values for {len(paths)} models")
+        common.error(console, f"{len(names)} --served-model-name values for {len(paths)} models")
         return 2
     prompts = args.default_prompt_name
     if len(prompts) > len(paths):
-        console.print(f"[red]error:[/] {len(prompts)} --default-prompt-name values for {len(paths)} models")
+        common.error(console, f"{len(prompts)} --default-prompt-name values for {len(paths)} models")
         return 2
     try:
         engine = EngineConfig(max_batch_tokens=args.max_batch_tokens, max_queue_items=args.max_queue,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                                   max_client_batch_size=args.max_client_batch_size, engine=engine,
                                   connections=connections, graceful_shutdown_s=args.shutdown_timeout)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        common.error(console, str(exc))
         return 2
     specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
              for i, path in enumerate(paths)]
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         common.offline_and_quiet()
         return run_server(settings, models)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        common.error(console, str(exc))
         return 2
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
@@ -108,12 +108,12 @@ def _serve_on_ray(args: argparse.Namespace, settings: ServerSettings, console) -
     try:
         from encoderrt.deploy import ray as on_ray
     except ImportError as exc:
-        console.print(f"[red]error:[/] --ray needs Ray Serve: pip install 'encoderrt[ray]' ({exc})")
+        common.error(console, f"--ray needs Ray Serve: pip install 'encoderrt[ray]' ({exc})")
         return 2
     if settings.connections != ConnectionLimits() or settings.graceful_shutdown_s != ServerSettings().graceful_shutdown_s:
-        console.print("[red]error:[/] with --ray, Ray's proxy holds the connections and drains the replicas: "
-                      "--max-header-bytes, --max-connections, --request-read-timeout, --keep-alive-timeout and "
-                      "--shutdown-timeout do not apply (configure Ray Serve's proxy instead)")
+        common.error(console, "with --ray, Ray's proxy holds the connections and drains the replicas: "
+                            "--max-header-bytes, --max-connections, --request-read-timeout, --keep-alive-timeout and "
+                            "--shutdown-timeout do not apply (configure Ray Serve's proxy instead)")
         return 2
     try:
         engine = settings.engine
@@ -130,7 +130,7 @@ def _serve_on_ray(args: argparse.Namespace, settings: ServerSettings, console) -
         common.offline_and_quiet()
         return on_ray.run(options, args.host, args.port, args.ray_address)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        common.error(console, str(exc))
         return 2
 
 

@@ -193,3 +193,31 @@ def test_a_slow_backend_is_measured_not_refused(controlled, tiny_artifacts, monk
     with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512, max_queue_seconds=0.5) as shedding:
         with running_server(create_app(ServerSettings(), ready_registry(st=shedding))) as url:
             assert runners.run_http(url, workload(16), concurrency=8, duration=0.1).items == 8 * 16
+
+
+def test_a_missing_sentence_transformers_backend_is_one_line_naming_its_install(tiny_artifacts, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """sentence-transformers itself raises a bare Exception without optimum; the bench says what to install, with
+    the extra's brackets intact (rich markup once swallowed `[openvino]`)."""
+    from encoderrt.bench import references
+    from encoderrt.cli import main
+
+    monkeypatch.setattr(references, "_installed", lambda module: not module.startswith("optimum"))
+    code = main(["bench", str(tiny_artifacts["st-cls"]), "--workload", "passages", "--concurrency", "1", "--duration",
+                 "0.1", "--scale", "0.05", "--reference", "torch,openvino", "--out", str(tmp_path / "report")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "error: --reference openvino needs sentence-transformers' openvino backend" in err
+    assert "pip install 'optimum-intel[openvino]'" in err
+
+
+def test_error_lines_print_brackets_as_text():
+    import io
+
+    from rich.console import Console
+
+    from encoderrt.cli import common
+
+    out = io.StringIO()
+    common.error(Console(file=out, width=40), "--ray needs Ray Serve: pip install 'encoderrt[ray]' ([red] in a path)")
+    assert out.getvalue() == "error: --ray needs Ray Serve: pip install 'encoderrt[ray]' ([red] in a path)\n"
