@@ -9,7 +9,9 @@ from artifact_runner import cosine_rows, run_artifact
 from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.compile import ParityError
+from encoderrt.compile.openvino import SMOOTHING_ALPHA
 from encoderrt.runtime.backends import openvino as openvino_backend
+from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import read_manifest
 
 pytest.importorskip("openvino", reason="the openvino target needs OpenVINO (a default dependency)")
@@ -78,6 +80,11 @@ def test_bf16_falls_back_to_f32_on_a_cpu_without_bf16_and_says_so(minilm_openvin
 def test_int8_meets_its_quality_floor_on_unseen_passages(minilm_openvino, st_embeddings):
     result = minilm_openvino["int8"]
     assert result.manifest.fused_ops["FakeQuantize"] > 0
+    if int8_dot_products():  # VNNI / AMX: measured to meet the floor with SmoothQuant, every GEMM but attention int8
+        parity = result.manifest.parity
+        assert parity["kept_nodes"] == [] and parity["smooth_quant_alpha"] == SMOOTHING_ALPHA and parity["attempts"] == []
+        # per layer: Q/K/V's shared input, the attention output, the FFN up and the FFN down projection
+        assert result.manifest.fused_ops["FakeQuantize"] == 4 * 6
     embeddings, _ = _embed(result)
     cosines = cosine_rows(embeddings, st_embeddings)
     assert cosines.mean() >= 0.995 and cosines.min() >= 0.98
