@@ -20,6 +20,7 @@ import collections
 import logging
 import shutil
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,13 @@ def build(build: Build, folder: Path) -> Manifest:
     return replace(manifest, parity=figures)
 
 
+def _int8_settings(exported: Path) -> Iterator[dict[str, Any]]:
+    """What each int8 attempt leaves in bf16 and how it smooths, in order; the fallback's names are read from the
+    IR only if the first attempt misses the floor."""
+    yield {"kept_nodes": [], "smooth_quant_alpha": SMOOTHING_ALPHA}
+    yield {"kept_nodes": ffn_down_projections(exported), "smooth_quant_alpha": None}
+
+
 def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -> Manifest:
     """int8 with the attention in bf16 and SmoothQuant at SMOOTHING_ALPHA; where that misses the floor, the FFN
     down projections stay in bf16 too (their GELU outliers defeat one per-tensor scale), as the onnxruntime int8
@@ -159,15 +167,15 @@ def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -
 
     batches = calibration_batches(artifact_tokenizer(manifest, folder), build.source.task)
     attempts: list[dict[str, Any]] = []
-    for keep, smoothing in (([], SMOOTHING_ALPHA), (ffn_down_projections(exported), None)):
+    for settings in _int8_settings(exported):
+        keep, smoothing = settings["kept_nodes"], settings["smooth_quant_alpha"]
         detail = "NNCF static int8, attention in bf16" + (f", {len(keep)} FFN down projections kept" if keep else
                                                           f", SmoothQuant alpha {smoothing}")
         with build.reporter.step("quantise", detail):
             fused_ops = quantize_openvino(exported, folder / MODEL_FILE, batches, keep, smoothing)
         figures, failures = build.verify(manifest, folder)
-        attempts.append({"kept_nodes": keep, "smooth_quant_alpha": smoothing, "parity": figures, "failures": failures})
+        attempts.append({**settings, "parity": figures, "failures": failures})
         if not failures:
             break
     build.require(figures, failures)
-    return replace(manifest, fused_ops=fused_ops, parity={**figures, "kept_nodes": keep, "smooth_quant_alpha": smoothing,
-                                                          "attempts": attempts[:-1]})
+    return replace(manifest, fused_ops=fused_ops, parity={**figures, **settings, "attempts": attempts[:-1]})
