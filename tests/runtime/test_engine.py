@@ -349,6 +349,7 @@ def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
 
     class Recording:
         max_batch_tokens = None
+        parallel_runs = 1
 
         def __init__(self):
             self.fed: list[np.ndarray] = []
