@@ -84,10 +84,11 @@ def _measure(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_
     batches = [pad([Tokens(ids, [0] * length)] * rows)] * max(1, backend.parallel_runs)
     if warm:
         pass_seconds(backend, batches)
-    passes = []
-    while not passes or sum(passes) < ROUND_SECONDS:
-        passes.append(pass_seconds(backend, batches))
-    return len(passes) * len(batches) * rows * length / sum(passes), min(passes) * 1000
+    passes, elapsed, fastest = 0, 0.0, float("inf")
+    while passes == 0 or elapsed < ROUND_SECONDS:
+        seconds = pass_seconds(backend, batches)
+        passes, elapsed, fastest = passes + 1, elapsed + seconds, min(fastest, seconds)
+    return passes * len(batches) * rows * length / elapsed, fastest * 1000
 
 
 def _median(values: list[float]) -> float:

@@ -355,7 +355,8 @@ def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
             self.fed: list[np.ndarray] = []
 
         def run(self, feeds):
-            self.fed.append(feeds["input_ids"])
+            if not self.fed or feeds["input_ids"] is not self.fed[-1]:  # each batch once, not each of its timed runs
+                self.fed.append(feeds["input_ids"])
             return np.zeros((len(feeds["input_ids"]), 4), dtype=np.float32)
 
     def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:
