@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -209,6 +210,7 @@ def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:
     os.environ.setdefault("RAY_SERVE_ENABLE_DIRECT_INGRESS", "1")
     ray.init(address=address)
     serve.start(http_options={"host": host, "port": port})
+    _stop_on_signals()
     try:
         serve.run(application, name="encoderrt", route_prefix="/", blocking=True)
     except KeyboardInterrupt:
@@ -216,6 +218,17 @@ def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:
     finally:
         serve.shutdown()
     return 0
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM (docker stop, systemd, Kubernetes) both end `serve.run` as KeyboardInterrupt, so that Serve
+    is shut down. Set explicitly: a process started in a script's background inherits SIGINT ignored, Python then
+    installs no Ctrl-C handler, and SIGINT left `serve --ray` running (SIGTERM killed it without a shutdown)."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, interrupt)
 
 
 def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:

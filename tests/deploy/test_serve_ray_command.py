@@ -19,11 +19,18 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _as_a_background_job() -> None:
+    """What `cmd &` in a script does to its child: SIGINT ignored, inherited across exec. Python then installs no
+    Ctrl-C handler of its own, and `serve --ray` once kept running after SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_serve_ray_serves_the_engines_answers_and_stops_on_ctrl_c(minilm_fp32):
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "encoderrt.cli", "serve", "--ray", str(minilm_fp32.path),
                                 "--port", str(port), "--served-model-name", "minilm"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=_as_a_background_job)
     try:
         deadline = time.monotonic() + 180
         while True:
