@@ -17,7 +17,7 @@ import numpy as np
 from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.manifest import ManifestError
 from encoderrt.runtime.scheduler import Padder
-from encoderrt.runtime.throughput import pass_seconds
+from encoderrt.runtime.throughput import Feeds, pass_seconds
 from encoderrt.runtime.tokenizer import Tokens
 
 CANDIDATE_BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -46,18 +46,20 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
     """Budgets past the backend's own limit (an engine's profiles) are not tried."""
     limit = backend.max_batch_tokens
     candidates = [b for b in CANDIDATE_BUDGETS if limit is None or b <= limit] or [limit]
+    batches: dict[int, list[Feeds]] = {}
     timed: dict[int, list[tuple[float, float]]] = {}
     for budget in candidates:  # the first round finds the budgets under the latency cap
         if budget < max_length and timed:
             continue
-        timed[budget] = [_measure(backend, pad, budget, max_length, vocab_size, warm=True)]
+        batches[budget] = _batches(backend, pad, budget, max_length, vocab_size)
+        timed[budget] = [_measure(backend, batches[budget], warm=True)]
         if timed[budget][0][1] > latency_cap_ms:
             break
     again = [b for b, runs in timed.items() if runs[0][1] <= latency_cap_ms] or list(timed)[:1]
     for _ in range(ROUNDS - 1):
         for budget in again:
-            timed[budget].append(_measure(backend, pad, budget, max_length, vocab_size, warm=False))
-    measurements = [(budget, _median([t for t, _ in runs]), _median([ms for _, ms in runs])) for budget, runs in timed.items()]
+            timed[budget].append(_measure(backend, batches[budget], warm=False))
+    measurements = [_summary(budget, runs) for budget, runs in timed.items()]
     within_cap = [m for m in measurements if m[2] <= latency_cap_ms] or measurements[:1]
     best = max(tokens_per_second for _, tokens_per_second, _ in within_cap)
     chosen = next(m for m in within_cap if m[1] >= best * NEAR_BEST)
@@ -67,32 +69,36 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
 
 def measure_budget(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> Calibration:
     """A budget the user chose, measured the same way, so admission knows how fast a full queue drains."""
-    runs = [_measure(backend, pad, budget, max_length, vocab_size, warm=i == 0) for i in range(ROUNDS)]
-    tokens_per_second = _median([t for t, _ in runs])
-    return Calibration(budget, ((budget, tokens_per_second, _median([ms for _, ms in runs])),), tokens_per_second)
+    batches = _batches(backend, pad, budget, max_length, vocab_size)
+    measurement = _summary(budget, [_measure(backend, batches, warm=i == 0) for i in range(ROUNDS)])
+    return Calibration(budget, (measurement,), measurement[1])
 
 
-def _measure(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int,
-             warm: bool) -> tuple[float, float]:
-    """(tokens per second, batch latency in ms) of batches of passage-length rows filling `budget`, one per stream
-    at a time, for ROUND_SECONDS; `warm`: run the shape once first (the first run of a shape allocates)."""
+def _batches(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> list[Feeds]:
+    """One batch per stream of passage-length rows filling `budget`."""
     length = min(ROW_LENGTH, max_length)
     rng = np.random.default_rng(0)
     low = min(100, vocab_size // 2)  # past a vocabulary's special tokens, and inside even a tiny one
     ids = [1] + rng.integers(low, vocab_size, size=length - 2).tolist() + [2]
-    rows = max(1, budget // length)
-    batches = [pad([Tokens(ids, [0] * length)] * rows)] * max(1, backend.parallel_runs)
+    return [pad([Tokens(ids, [0] * length)] * max(1, budget // length))] * max(1, backend.parallel_runs)
+
+
+def _measure(backend: Backend, batches: list[Feeds], warm: bool) -> tuple[float, float]:
+    """(tokens per second, batch latency in ms) of whole passes over `batches` for ROUND_SECONDS; `warm`: one pass
+    first (the first run of a shape allocates)."""
     if warm:
         pass_seconds(backend, batches)
     passes, elapsed, fastest = 0, 0.0, float("inf")
     while passes == 0 or elapsed < ROUND_SECONDS:
         seconds = pass_seconds(backend, batches)
         passes, elapsed, fastest = passes + 1, elapsed + seconds, min(fastest, seconds)
-    return passes * len(batches) * rows * length / elapsed, fastest * 1000
+    tokens = sum(feeds["input_ids"].size for feeds in batches)  # rows of one length: no padding
+    return passes * tokens / elapsed, fastest * 1000
 
 
-def _median(values: list[float]) -> float:
-    return float(np.median(values))
+def _summary(budget: int, runs: list[tuple[float, float]]) -> tuple[int, float, float]:
+    """(budget, tokens per second, batch latency in ms): the medians over rounds."""
+    return budget, float(np.median([t for t, _ in runs])), float(np.median([ms for _, ms in runs]))
 
 
 def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int, vocab_size: int) -> None:
