@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
 from encoderrt.runtime.backends import load_backend
@@ -131,25 +132,34 @@ def _usage_tokens(body: dict[str, Any]) -> int:
 
 
 def run_http(url: str, workload: Workload, concurrency: int, duration: float) -> RunResult:
-    import httpx
+    """`concurrency` clients, each on its own keep-alive connection (bench/http_client.py: httpx's own CPU would
+    be measured with the server's)."""
 
     async def main() -> RunResult:
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as http:
-            async def call(request: Request) -> int:
-                path, body = http_body(request)
-                response = await http.post(path, json=body)
-                while response.status_code == 429:  # a server that sheds load (`--url`): back off as clients do
-                    await asyncio.sleep(float(response.headers.get("retry-after", 1)))
-                    response = await http.post(path, json=body)
-                response.raise_for_status()
-                payload = response.json()
-                if path == "/v1/embeddings":  # decode like a client would
-                    for item in payload["data"]:
-                        base64.b64decode(item["embedding"])
-                return _usage_tokens(payload)
+        idle = [Connection(url) for _ in range(concurrency)]
 
+        async def call(request: Request) -> int:
+            path, body = http_body(request)
+            connection = idle.pop()
+            try:
+                reply = await connection.post_json(path, body)
+                while reply.status == 429:  # a server that sheds load (`--url`): back off as clients do
+                    await asyncio.sleep(float(reply.headers.get("retry-after", 1)))
+                    reply = await connection.post_json(path, body)
+            finally:
+                idle.append(connection)
+            if reply.status >= 400:
+                raise HttpError(f"{path} answered {reply.status}: {reply.body[:300].decode(errors='replace')}")
+            payload = reply.json()
+            if path == "/v1/embeddings":  # decode like a client would
+                for item in payload["data"]:
+                    base64.b64decode(item["embedding"])
+            return _usage_tokens(payload)
+
+        try:
             return await closed_loop(call, workload, concurrency, duration, RunResult(workload.name, "http", concurrency))
+        finally:
+            await asyncio.gather(*(connection.close() for connection in idle))
 
     return asyncio.run(main())
 

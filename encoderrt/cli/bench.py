@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from encoderrt.bench.command import BenchOptions, run_bench
+    from encoderrt.bench.http_client import HttpError
     from encoderrt.bench.references import parse_kinds
     from encoderrt.runtime.manifest import ManifestError
 
@@ -92,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, ManifestError, CompileError) as exc:
         common.error(console, str(exc))
         return 2
+    except HttpError as exc:  # the server measured failed (or `--url` names none): its reply, in one line
+        common.error(console, f"the server under test failed: {exc}")
+        return 1
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         return 130
