@@ -1,8 +1,8 @@
 import pytest
 
-from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.errors import InputTooLong
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.tokenizer import SEQUENTIAL_TEXTS, TOKENIZER_FILE, TextTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +51,37 @@ def test_padding_uses_the_pad_id(tiny_artifacts):
     assert (row[feeds["attention_mask"][0] == 0] == manifest.pad_token_id).all()
 
 
+@pytest.mark.parametrize("copies", [1, 5], ids=["one by one", "batched"])  # 4 or 20 pairs: either side of SEQUENTIAL_TEXTS
 @pytest.mark.parametrize("name", ["bert-cross-encoder", "roberta-cross-encoder"])
-def test_pairs_match_the_hugging_face_tokenizer(name, tiny_models, tiny_artifacts):
+def test_pairs_match_the_hugging_face_tokenizer(name, copies, tiny_models, tiny_artifacts):
     """Pairs are assembled from separately tokenised texts; the result must equal transformers' own pair encoding."""
     from transformers import AutoTokenizer
 
     reference = AutoTokenizer.from_pretrained(tiny_models[name])
     manifest = read_manifest(tiny_artifacts[name])
     tokenizer = TextTokenizer(tiny_artifacts[name] / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
-    firsts = ["where is the amazon", "where is the amazon", "café", "x"]
-    seconds = ["the amazon basin", " ".join(["south america"] * 40), "naïve résumé", ""]
+    firsts = ["where is the amazon", "where is the amazon", "café", "x"] * copies
+    seconds = ["the amazon basin", " ".join(["south america"] * 40), "naïve résumé", ""] * copies
+    assert (len(firsts) <= SEQUENTIAL_TEXTS) == (copies == 1)
     ours = tokenizer.encode_pairs(firsts, seconds)
     theirs = reference(firsts, seconds, truncation="only_second", max_length=manifest.max_length)
     for i, row in enumerate(ours):
         assert row.ids == theirs["input_ids"][i]
         if "token_type_ids" in theirs:
             assert row.type_ids == theirs["token_type_ids"][i]
+
+
+@pytest.mark.parametrize("count", [1, SEQUENTIAL_TEXTS, SEQUENTIAL_TEXTS + 1, 3 * SEQUENTIAL_TEXTS])
+def test_texts_match_the_hugging_face_tokenizer_one_by_one_and_batched(count, tiny_models, tiny_artifacts):
+    """Small requests are tokenised one text at a time, larger ones in one batch call: both as transformers does."""
+    from transformers import AutoTokenizer
+
+    name = "roberta-cross-encoder"
+    reference = AutoTokenizer.from_pretrained(tiny_models[name])
+    manifest = read_manifest(tiny_artifacts[name])
+    tokenizer = TextTokenizer(tiny_artifacts[name] / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    pool = ["where is the amazon", "naïve résumé", "", " ".join(["south america"] * 80), "日本語のテキスト"]
+    texts = [pool[i % len(pool)] + f" {i}" for i in range(count)]
+    theirs = reference(texts, truncation=True, max_length=manifest.max_length)["input_ids"]
+    assert [row.ids for row in tokenizer.encode(texts)] == theirs
+    assert tokenizer.count_tokens(texts) == [len(ids) for ids in reference(texts)["input_ids"]]
