@@ -5,7 +5,8 @@ stream of a backend that runs several batches at once)
 form batches under a padded-token budget (waiting up to max_wait for company only while
 requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
 similar length run together, and always running the batch that holds the oldest row so that
-nothing starves. Identical rows are computed once, whoever asked for them. A row whose every
+nothing starves. A batch that is the only work (nothing else running or waiting) runs through the
+backend's `run_alone` where it has one, on every core; until it ends no other batch starts. Identical rows are computed once, whoever asked for them. A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
 runtime/admission.py's call (items waiting, and seconds of work at the measured throughput).
 """
@@ -117,6 +118,9 @@ class Scheduler:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
+        self._in_flight = 0
+        self._alone = False
+        """A batch is running alone on every core: no other starts until it ends."""
         self._last_arrival = 0.0
         self._arrival_gap = float("inf")
         """Smoothed time between submissions: waiting for company only pays when company comes soon."""
@@ -177,13 +181,23 @@ class Scheduler:
                 thread.join(timeout)
 
     def _loop(self, backend: Backend) -> None:
-        while (batch := self._next_batch()) is not None:
-            self._run(backend, batch)
+        run_alone = getattr(backend, "run_alone", None)
+        while (taken := self._next_batch(run_alone is not None)) is not None:
+            batch, alone = taken
+            try:
+                self._run(backend, batch, run_alone if alone else None)
+            finally:
+                with self._cond:
+                    self._in_flight -= 1
+                    if alone:
+                        self._alone = False
+                        self._cond.notify_all()
 
-    def _next_batch(self) -> list[_Row] | None:
+    def _next_batch(self, can_run_alone: bool) -> tuple[list[_Row], bool] | None:
+        """The next batch, and whether it is the only work (then it runs alone)."""
         with self._cond:
             while not self._closed:
-                if not self._rows:
+                if not self._rows or self._alone:
                     self._cond.wait()
                     continue
                 waited = time.perf_counter() - next(iter(self._rows.values())).enqueued
@@ -193,9 +207,12 @@ class Scheduler:
                     continue
                 batch = self._take_batch()
                 if batch:
+                    alone = can_run_alone and not self._in_flight and not self._rows
+                    self._in_flight += 1
+                    self._alone = alone
                     if self._rows:  # submit woke one worker: rows left over are another's to run
                         self._cond.notify()
-                    return batch
+                    return batch, alone
             return None
 
     def _take_batch(self) -> list[_Row]:
@@ -233,7 +250,7 @@ class Scheduler:
         row = self._rows.pop(key)
         self._pending_tokens -= len(row.tokens.ids)
 
-    def _run(self, backend: Backend, rows: list[_Row]) -> None:
+    def _run(self, backend: Backend, rows: list[_Row], run_alone: Callable[[dict[str, np.ndarray]], np.ndarray] | None) -> None:
         started = time.perf_counter()
         for row in rows:
             for ticket, _ in row.consumers:
@@ -244,7 +261,10 @@ class Scheduler:
         with_tokens = any(ticket.token_states for row in rows for ticket, _ in row.consumers)
         try:
             feeds = self._pad(tokens)
-            outputs, states = backend.run_with_tokens(feeds) if with_tokens else (backend.run(feeds), None)
+            if with_tokens:
+                outputs, states = backend.run_with_tokens(feeds)
+            else:
+                outputs, states = (run_alone or backend.run)(feeds), None
         except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
             self._stats.add(failed_batches=1)
             # the backend's own message names its internals: it goes to the log, the caller gets ours

@@ -60,3 +60,82 @@ def test_raw_timing_runs_streams_together_and_reraises_failures(tiny_artifacts):
     backend.fail = True
     with pytest.raises(RuntimeError, match="simulated stream fault"):
         pass_seconds(backend, [feeds] * 4)
+
+
+class LoneRuns:
+    """Two streams and a run_alone over a real backend; each run can be held at a gate, and records how it ran and
+    how many runs were in flight with it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.input_names, self.max_batch_tokens = inner.input_names, inner.max_batch_tokens
+        self.parallel_runs, self.execution = 2, "two streams, lone batches on both cores"
+        self.ran: list[tuple[str, int]] = []
+        self.in_flight = 0
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Semaphore(0)
+
+    def _held(self, how, feeds):
+        with self.lock:
+            self.in_flight += 1
+            self.ran.append((how, self.in_flight))
+        if threading.current_thread().name.startswith("encoderrt-batcher"):
+            self.entered.release()
+            assert self.gate.wait(30), "test gate never opened"
+        try:
+            return self.inner.run(feeds)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def run(self, feeds):
+        return self._held("stream", feeds)
+
+    def run_alone(self, feeds):
+        return self._held("alone", feeds)
+
+
+@pytest.fixture
+def lone_runs(tiny_artifacts, monkeypatch):
+    """An engine over a LoneRuns backend whose budget holds one of the tests' rows per batch."""
+    made = []
+    real = engine_module.load_backend
+    monkeypatch.setattr(engine_module, "load_backend", lambda *a, **k: made.append(LoneRuns(real(*a, **k))) or made[-1])
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=16, max_wait_ms=0) as engine:
+        made[0].ran.clear()  # Engine.load's own runs
+        yield engine, made[0]
+
+
+def test_a_request_that_is_the_only_work_runs_alone(lone_runs):
+    engine, backend = lone_runs
+    alone = engine.embed(["the only request"])
+    assert backend.ran == [("alone", 1)]
+    np.testing.assert_allclose(alone, engine.embed(["the only request", "and a second one in its own batch"])[:1],
+                               atol=1e-5)
+    assert backend.ran[1] == ("stream", 1)  # the second row was waiting; it runs alone only if the first is done by then
+
+
+def test_a_batch_with_work_beside_it_runs_on_a_stream(lone_runs):
+    engine, backend = lone_runs
+    backend.gate.clear()
+    rows = engine._tokenizer.encode(["the first of two rows", "the second of two rows"])
+    assert all(len(row.ids) > 8 for row in rows)  # one row per 16-token batch: two batches
+    future = engine._scheduler.submit(rows)
+    assert backend.entered.acquire(timeout=10) and backend.entered.acquire(timeout=10), "the streams ran one at a time"
+    backend.gate.set()
+    future.result(timeout=10)
+    assert backend.ran == [("stream", 1), ("stream", 2)]
+
+
+def test_nothing_starts_while_a_batch_runs_alone(lone_runs):
+    engine, backend = lone_runs
+    backend.gate.clear()
+    first = engine._scheduler.submit(engine._tokenizer.encode(["first"]))
+    assert backend.entered.acquire(timeout=10) and backend.ran == [("alone", 1)]
+    second = engine._scheduler.submit(engine._tokenizer.encode(["second"]))
+    assert not backend.entered.acquire(timeout=0.3), "a batch started beside one running on every core"
+    backend.gate.set()
+    first.result(timeout=10), second.result(timeout=10)
+    assert backend.ran == [("alone", 1), ("alone", 1)]  # the second was then the only work in its turn

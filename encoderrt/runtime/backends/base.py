@@ -1,6 +1,8 @@
 """The one interface every backend implements: padded numpy feeds in, the graph's output array out.
 
-`run` (and `run_with_tokens`) must be safe to call from `parallel_runs` threads at once.
+`run` (and `run_with_tokens`) must be safe to call from `parallel_runs` threads at once. A backend whose
+parallel runs split the cores between them may also have `run_alone(feeds)`, which runs one batch on every
+core: the scheduler calls it for a batch that is the only work, and starts nothing else until it returns.
 """
 
 from __future__ import annotations
