@@ -221,3 +221,24 @@ def test_error_lines_print_brackets_as_text():
     out = io.StringIO()
     common.error(Console(file=out, width=40), "--ray needs Ray Serve: pip install 'encoderrt[ray]' ([red] in a path)")
     assert out.getvalue() == "error: --ray needs Ray Serve: pip install 'encoderrt[ray]' ([red] in a path)\n"
+
+
+def test_the_backend_alone_keeps_every_stream_busy_across_passes(tiny_artifacts, monkeypatch):
+    """Three 20 ms batches on two streams: a pass timed alone ends with one stream idle (40 ms a pass, 0.75 of what
+    the streams can do); passes queued back to back lose that tail once per timing, not once per pass."""
+    from encoderrt.bench import runners
+    from encoderrt.runtime.manifest import read_manifest
+    from encoderrt.runtime.throughput import real_tokens
+    from tests.runtime.test_calibration import CostModel
+
+    backend = CostModel(fixed=0.02, per_token=0.0, parallel_runs=2)
+    monkeypatch.setattr(runners, "load_backend", lambda *args, **kwargs: backend)
+    artifact = tiny_artifacts["st-cls"]
+    workload = workloads.build("passages", "embed", scale=0.1)
+    raw = runners.RawBackend(artifact, read_manifest(artifact), workload, max_batch_tokens=256)
+    raw.batches = raw.batches[:3]
+    raw.tokens = real_tokens(raw.batches)
+    raw._pass_seconds = 0.04
+    streams_rate = raw.tokens / (1.5 * 0.02)  # two streams busy all the time: 3 batches per 30 ms
+    assert raw.run(duration=0.6) > 0.9 * streams_rate
+    assert backend.most_at_once == 2
