@@ -1,5 +1,6 @@
 """A backend with several streams gets that many batches in flight at once, from the engine and the raw timer."""
 
+import queue
 import threading
 
 import numpy as np
@@ -63,8 +64,8 @@ def test_raw_timing_runs_streams_together_and_reraises_failures(tiny_artifacts):
 
 
 class LoneRuns:
-    """Two streams and a run_alone over a real backend; each run can be held at a gate, and records how it ran and
-    how many runs were in flight with it."""
+    """Two streams and a run_alone over a real backend. Records how each batch ran and how many runs were in flight
+    with it; while `holding`, each batch waits until the test takes its release from `held` and sets it."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -73,17 +74,17 @@ class LoneRuns:
         self.ran: list[tuple[str, int]] = []
         self.in_flight = 0
         self.lock = threading.Lock()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Semaphore(0)
+        self.holding = False
+        self.held: queue.Queue[threading.Event] = queue.Queue()
 
     def _held(self, how, feeds):
         with self.lock:
             self.in_flight += 1
             self.ran.append((how, self.in_flight))
-        if threading.current_thread().name.startswith("encoderrt-batcher"):
-            self.entered.release()
-            assert self.gate.wait(30), "test gate never opened"
+        if self.holding and threading.current_thread().name.startswith("encoderrt-batcher"):
+            release = threading.Event()
+            self.held.put(release)
+            assert release.wait(30), "the test never released this batch"
         try:
             return self.inner.run(feeds)
         finally:
@@ -105,11 +106,18 @@ def lone_runs(tiny_artifacts, monkeypatch):
     monkeypatch.setattr(engine_module, "load_backend", lambda *a, **k: made.append(LoneRuns(real(*a, **k))) or made[-1])
     with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=16, max_wait_ms=0) as engine:
         made[0].ran.clear()  # Engine.load's own runs
+        made[0].holding = True
         yield engine, made[0]
+        made[0].holding = False
+
+
+def submit(engine, *texts):
+    return engine._scheduler.submit(engine._tokenizer.encode(list(texts)))
 
 
 def test_a_request_that_is_the_only_work_runs_alone(lone_runs):
     engine, backend = lone_runs
+    backend.holding = False
     alone = engine.embed(["the only request"])
     assert backend.ran == [("alone", 1)]
     np.testing.assert_allclose(alone, engine.embed(["the only request", "and a second one in its own batch"])[:1],
@@ -119,23 +127,44 @@ def test_a_request_that_is_the_only_work_runs_alone(lone_runs):
 
 def test_a_batch_with_work_beside_it_runs_on_a_stream(lone_runs):
     engine, backend = lone_runs
-    backend.gate.clear()
-    rows = engine._tokenizer.encode(["the first of two rows", "the second of two rows"])
-    assert all(len(row.ids) > 8 for row in rows)  # one row per 16-token batch: two batches
-    future = engine._scheduler.submit(rows)
-    assert backend.entered.acquire(timeout=10) and backend.entered.acquire(timeout=10), "the streams ran one at a time"
-    backend.gate.set()
+    future = submit(engine, "the first of two rows", "the second of two rows")  # one row per 16-token batch
+    releases = [backend.held.get(timeout=10), backend.held.get(timeout=10)]  # both in flight at once
+    for release in releases:
+        release.set()
     future.result(timeout=10)
     assert backend.ran == [("stream", 1), ("stream", 2)]
 
 
 def test_nothing_starts_while_a_batch_runs_alone(lone_runs):
     engine, backend = lone_runs
-    backend.gate.clear()
-    first = engine._scheduler.submit(engine._tokenizer.encode(["first"]))
-    assert backend.entered.acquire(timeout=10) and backend.ran == [("alone", 1)]
-    second = engine._scheduler.submit(engine._tokenizer.encode(["second"]))
-    assert not backend.entered.acquire(timeout=0.3), "a batch started beside one running on every core"
-    backend.gate.set()
-    first.result(timeout=10), second.result(timeout=10)
+    first = submit(engine, "first")
+    release = backend.held.get(timeout=10)
+    assert backend.ran == [("alone", 1)]
+    second = submit(engine, "second")
+    with pytest.raises(queue.Empty):  # a batch started beside one running on every core
+        backend.held.get(timeout=0.3)
+    release.set()
+    first.result(timeout=10)
+    backend.held.get(timeout=10).set()
+    second.result(timeout=10)
     assert backend.ran == [("alone", 1), ("alone", 1)]  # the second was then the only work in its turn
+
+
+def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it_does_not(lone_runs):
+    """Hand count, smoothed 0.8 / 0.2 against the limit 0.3: company during requests 0-2 brings it to 0.2, 0.36 and
+    0.488. Request 2 runs on a stream, so request 3 starts beside it (not from idle: no count). Quiet requests
+    4-6 bring it to 0.39, 0.312 and 0.25, so request 7 runs alone again."""
+    engine, backend = lone_runs
+    futures = [submit(engine, "request 0")]
+    for i in range(1, 4):  # each request arrives while the one before it runs
+        release = backend.held.get(timeout=10)
+        futures.append(submit(engine, f"request {i}"))
+        release.set()
+        futures[-2].result(timeout=10)
+    backend.held.get(timeout=10).set()  # request 3 runs with no company
+    futures[-1].result(timeout=10)
+    backend.holding = False
+    for i in range(4, 8):
+        engine.embed([f"request {i}"])
+    assert backend.ran == [("alone", 1), ("alone", 1), ("stream", 1), ("stream", 2), ("stream", 1), ("stream", 1),
+                           ("stream", 1), ("alone", 1)]
