@@ -223,7 +223,8 @@ class Scheduler:
                 batch = self._take_batch()
                 if batch:
                     idle = not self._in_flight and not self._rows
-                    alone = can_run_alone and idle and self._company < ALONE_WHILE_COMPANY_BELOW
+                    alone = (can_run_alone and idle and self._company < ALONE_WHILE_COMPANY_BELOW
+                             and not any(ticket.token_states for row in batch for ticket, _ in row.consumers))
                     self._in_flight += 1
                     self._alone = alone
                     if self._rows:  # submit woke one worker: rows left over are another's to run
