@@ -8,6 +8,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.runtime import engine as engine_module
+from encoderrt.runtime.errors import InferenceFailed
 from encoderrt.runtime.throughput import pass_seconds
 
 
@@ -76,6 +77,7 @@ class LoneRuns:
         self.lock = threading.Lock()
         self.holding = False
         self.held: queue.Queue[threading.Event] = queue.Queue()
+        self.fail_alone = False
 
     def _held(self, how, feeds):
         with self.lock:
@@ -95,6 +97,9 @@ class LoneRuns:
         return self._held("stream", feeds)
 
     def run_alone(self, feeds):
+        if self.fail_alone:
+            self.fail_alone = False
+            raise RuntimeError("simulated fault on every core")
         return self._held("alone", feeds)
 
 
@@ -168,3 +173,13 @@ def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it
         engine.embed([f"request {i}"])
     assert backend.ran == [("alone", 1), ("alone", 1), ("stream", 1), ("stream", 2), ("stream", 1), ("stream", 1),
                            ("stream", 1), ("alone", 1)]
+
+
+def test_a_failed_lone_run_fails_its_batch_only_and_frees_the_streams(lone_runs):
+    engine, backend = lone_runs
+    backend.holding, backend.fail_alone = False, True
+    with pytest.raises(InferenceFailed, match="inference failed for a batch of 1 rows"):
+        engine.embed(["this one fails"])
+    two = submit(engine, "the first of two rows", "the second of two rows")
+    assert len(two.result(timeout=10).outputs) == 2 and backend.ran[-2][0] == "stream"  # not held back by a stale flag
+    assert engine.embed(["and the next one"]).shape[0] == 1 and backend.ran[-1][0] == "alone"
