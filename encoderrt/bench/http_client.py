@@ -45,12 +45,12 @@ class Connection:
         self._host, self._prefix, self._timeout = parts.hostname, parts.path.rstrip("/"), timeout
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
-        self._authority = parts.netloc.rpartition("@")[2].encode()
+        self._authority = parts.netloc.rpartition("@")[2]
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     async def post_json(self, path: str, payload: Any) -> Reply:
         body = json.dumps(payload, separators=(",", ":")).encode()
-        head = (f"POST {self._prefix}{path} HTTP/1.1\r\nhost: {self._authority.decode()}\r\n"
+        head = (f"POST {self._prefix}{path} HTTP/1.1\r\nhost: {self._authority}\r\n"
                 f"content-type: application/json\r\naccept-encoding: identity\r\ncontent-length: {len(body)}\r\n\r\n")
         try:
             return await asyncio.wait_for(self._exchange(head.encode() + body), self._timeout)
@@ -75,10 +75,12 @@ class Connection:
             raise HttpError("reply headers over 1 MiB") from None
         try:
             reply = await _read_reply(head, reader)
-        except (ConnectionError, asyncio.IncompleteReadError, HttpError) as exc:
+        except HttpError:
             await self.close()
-            raise exc if isinstance(exc, HttpError) else HttpError(f"{self._host}:{self._port} closed the connection "
-                                                                   f"mid-reply: {exc}") from None
+            raise
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            await self.close()
+            raise HttpError(f"{self._host}:{self._port} broke off mid-reply: {exc}") from None
         if reply.headers.get("connection", "").lower() == "close":
             await self.close()
         return reply

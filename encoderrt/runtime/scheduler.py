@@ -104,6 +104,11 @@ class _Row:
         return before - len(self.consumers)
 
 
+def _wants_token_states(rows: Sequence[_Row]) -> bool:
+    """A caller of some row wants token states (the backend's run_with_tokens; run_alone returns pooled outputs)."""
+    return any(ticket.token_states for row in rows for ticket, _ in row.consumers)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -224,7 +229,7 @@ class Scheduler:
                 if batch:
                     idle = not self._in_flight and not self._rows
                     alone = (can_run_alone and idle and self._company < ALONE_WHILE_COMPANY_BELOW
-                             and not any(ticket.token_states for row in batch for ticket, _ in row.consumers))
+                             and not _wants_token_states(batch))
                     self._in_flight += 1
                     self._alone = alone
                     if self._rows:  # submit woke one worker: rows left over are another's to run
@@ -277,7 +282,7 @@ class Scheduler:
                     ticket.started = started
         tokens = [row.tokens for row in rows]
         width = max(len(t.ids) for t in tokens)
-        with_tokens = any(ticket.token_states for row in rows for ticket, _ in row.consumers)
+        with_tokens = _wants_token_states(rows)
         try:
             feeds = self._pad(tokens)
             if with_tokens:

@@ -17,7 +17,6 @@ get one core of two: `run_alone` runs it on a second compilation with one stream
 from __future__ import annotations
 
 import queue
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +73,10 @@ class OpenVinoBackend:
         self.max_batch_tokens = None
         self.parallel_runs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self.execution = execution
-        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         warm_up = _warm_up_feeds(compiled)
-        for _ in range(self.parallel_runs):
-            request = compiled.create_infer_request()
-            # one run per request, one at a time: OpenVINO's Python layer initialises C++ statics on the first
-            # run, and two threads doing that at once deadlocked a server (both in __cxa_guard_acquire)
-            request.infer(warm_up)
-            self._idle.put(request)
+        self._idle = _warmed_requests(compiled, self.parallel_runs, warm_up)
         if alone is not None:
-            self._alone_request = alone.create_infer_request()
-            self._alone_request.infer(warm_up)
-            self._alone_lock = threading.Lock()
+            self._alone = _warmed_requests(alone, 1, warm_up)
             self.run_alone = self._run_alone
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
@@ -96,18 +87,30 @@ class OpenVinoBackend:
         return pooled, tokens
 
     def _run_alone(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with self._alone_lock:
-            results = self._alone_request.infer(feeds, share_inputs=True, share_outputs=True)
-            return np.array(results[0], copy=True)
+        return self._infer(feeds, (0,), self._alone)[0]
 
-    def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[int | str, ...]) -> list[np.ndarray]:
-        request = self._idle.get()  # never waits while callers respect parallel_runs
+    def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[int | str, ...],
+               requests: queue.SimpleQueue[Any] | None = None) -> list[np.ndarray]:
+        """Run on a request from `requests` (the streams' by default)."""
+        requests = requests or self._idle
+        request = requests.get()  # never waits while callers respect parallel_runs (and run_alone's one at a time)
         try:
             # inputs are read in place; only the outputs asked for are copied out, before the request is reused
             results = request.infer(feeds, share_inputs=True, share_outputs=True)
             return [np.array(results[key], copy=True) for key in outputs]
         finally:
-            self._idle.put(request)
+            requests.put(request)
+
+
+def _warmed_requests(compiled: Any, count: int, warm_up: dict[str, np.ndarray]) -> queue.SimpleQueue[Any]:
+    """`count` infer requests, each run once, one at a time: OpenVINO's Python layer initialises C++ statics on
+    the first run, and two threads doing that at once deadlocked a server (both in __cxa_guard_acquire)."""
+    requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for _ in range(count):
+        request = compiled.create_infer_request()
+        request.infer(warm_up)
+        requests.put(request)
+    return requests
 
 
 def _warm_up_feeds(compiled: Any) -> dict[str, np.ndarray]:
