@@ -161,13 +161,17 @@ def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it
     4-6 bring it to 0.39, 0.312 and 0.25, so request 7 runs alone again."""
     engine, backend = lone_runs
     futures = [submit(engine, "request 0")]
-    for i in range(1, 4):  # each request arrives while the one before it runs
+    for i in range(1, 3):  # each request arrives while the one before it runs alone
         release = backend.held.get(timeout=10)
         futures.append(submit(engine, f"request {i}"))
         release.set()
         futures[-2].result(timeout=10)
-    backend.held.get(timeout=10).set()  # request 3 runs with no company
-    futures[-1].result(timeout=10)
+    beside = backend.held.get(timeout=10)  # request 2, on a stream
+    futures.append(submit(engine, "request 3"))
+    releases = [beside, backend.held.get(timeout=10)]  # request 3 has started beside it before either ends
+    for release, future in zip(releases, futures[2:]):
+        release.set()
+        future.result(timeout=10)
     backend.holding = False
     for i in range(4, 8):
         engine.embed([f"request {i}"])
