@@ -6,6 +6,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 
+import httpx
 import uvicorn
 
 from encoderrt import Engine
@@ -38,6 +39,14 @@ def running_server(app, settings: ServerSettings | None = None):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def metric(url: str, name: str, label: str) -> float:
+    """One sample of a server's /metrics, by name and one label; 0 until it has been counted."""
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name) and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def ready_registry(**engines: Engine) -> ModelRegistry:

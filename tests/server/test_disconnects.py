@@ -10,7 +10,7 @@ import httpx
 from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.server import ServerSettings, create_app
-from server_helpers import ready_registry, running_server
+from server_helpers import metric, ready_registry, running_server
 
 CLIENTS = 50
 TEXTS = workloads.passages(256, seed=5)
@@ -34,7 +34,7 @@ def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_
                   lambda: f"the requests never all queued: {engine.stats.snapshot()}")
         for client in clients:  # every client leaves with its request queued behind the held batch
             client.close()
-        _wait_for(lambda: _metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
+        _wait_for(lambda: metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
                   "the server never noticed the disconnects")
         submitted = CLIENTS * 256
         backend.gate.set()
@@ -45,7 +45,7 @@ def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_
         assert len(backend.batches) <= 2, backend.batches
         assert stats["cancelled_items"] == submitted - stats["batch_rows"]  # distinct texts: one row per item
         assert stats["batch_rows"] <= 2 * 512 // 8
-        assert _metric(url, "encoderrt_cancelled_items_total", 'model="st"') == stats["cancelled_items"]
+        assert metric(url, "encoderrt_cancelled_items_total", 'model="st"') == stats["cancelled_items"]
         # and the server still answers the clients that stay
         assert httpx.post(f"{url}/embed", json={"inputs": TEXTS[:4], "truncate": True}, timeout=30).status_code == 200
     engine.close()
@@ -58,13 +58,6 @@ def _send_embed_request(host, port, texts):
     client.sendall(f"POST /embed HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
                    f"content-length: {len(body)}\r\n\r\n".encode() + body)
     return client
-
-
-def _metric(url, name, label):
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(name) and label in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_a_request_cut_off_by_the_shutdown_timeout_gets_a_503(controlled, tiny_artifacts):
