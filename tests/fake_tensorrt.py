@@ -14,6 +14,7 @@ import types
 
 import numpy as np
 
+
 class _Graph:
     def __init__(self, model_bytes: bytes):
         import onnx

@@ -84,7 +84,7 @@ def _unigram_tokenizer(max_length: int, wrapper: str = "CamembertTokenizerFast",
 
 
 def _byte_level_tokenizer(max_length: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import RobertaTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
@@ -123,8 +123,14 @@ def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 6
 def roberta_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 66, model_type: str = "roberta", seed: int = 0) -> Path:
     """A RoBERTa (or XLM-RoBERTa) encoder or classifier; positions start at padding_idx + 1."""
     import torch
-    from transformers import (RobertaConfig, RobertaForSequenceClassification, RobertaModel, XLMRobertaConfig,
-                              XLMRobertaForSequenceClassification, XLMRobertaModel)
+    from transformers import (
+        RobertaConfig,
+        RobertaForSequenceClassification,
+        RobertaModel,
+        XLMRobertaConfig,
+        XLMRobertaForSequenceClassification,
+        XLMRobertaModel,
+    )
 
     torch.manual_seed(seed)
     tokenizer = _byte_level_tokenizer(max_positions - 2)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, Request, ScoreRequest
+from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, Request, RerankRequest, ScoreRequest
+
 WORKLOADS = ("queries", "passages", "rerank")
 
 _VOCABULARY = (

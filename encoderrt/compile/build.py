@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from encoderrt.compile import parity
 from encoderrt.compile.errors import InputError, ParityError
 from encoderrt.compile.options import CompileOptions
-from encoderrt.compile import parity
 from encoderrt.compile.progress import StepReporter
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.manifest import Manifest, ModelShape

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.compile.quantize import quiet_quantizer_logs, ffn_down_projections
+from encoderrt.compile.quantize import ffn_down_projections, quiet_quantizer_logs
 from encoderrt.runtime.texts import CALIBRATION_PASSAGES, CALIBRATION_QUERIES
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -96,7 +96,13 @@ def quantize_qdq(smoothed: Path, quantized: Path, batches: list[dict[str, np.nda
 
     Returns the MatMuls left in half precision: the FFN down projections.
     """
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Batches(CalibrationDataReader):
         def __init__(self) -> None:

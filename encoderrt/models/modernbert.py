@@ -21,6 +21,7 @@ from typing import Any
 
 from encoderrt.models.architecture import Architecture
 
+
 @cache
 def _register(export: str) -> str:
     """The name of the attention implementation for `export`, registered with transformers."""

@@ -2,9 +2,23 @@
 
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.engine import Engine, EngineInfo
-from encoderrt.runtime.errors import EngineClosed, EngineError, InferenceFailed, InputTooLong, InvalidRequest, Overloaded
+from encoderrt.runtime.errors import (
+    EngineClosed,
+    EngineError,
+    InferenceFailed,
+    InputTooLong,
+    InvalidRequest,
+    Overloaded,
+)
 from encoderrt.runtime.manifest import ManifestError
-from encoderrt.runtime.requests import Classification, ClassifyRequest, Completion, EmbedRequest, RerankRequest, ScoreRequest
+from encoderrt.runtime.requests import (
+    Classification,
+    ClassifyRequest,
+    Completion,
+    EmbedRequest,
+    RerankRequest,
+    ScoreRequest,
+)
 
 __all__ = [
     "Classification", "ClassifyRequest", "Completion", "EmbedRequest", "Engine", "EngineClosed", "EngineConfig",

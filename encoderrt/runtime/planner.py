@@ -15,15 +15,23 @@ import numpy as np
 from encoderrt.runtime.chunking import chunk_rows, merge_chunks
 from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
-from encoderrt.runtime.postprocess import ACTIVATIONS, check_count, check_dimensions, cosine_pairs, shape_embeddings, softmax, sparse_rows
+from encoderrt.runtime.postprocess import (
+    ACTIVATIONS,
+    check_count,
+    check_dimensions,
+    cosine_pairs,
+    shape_embeddings,
+    softmax,
+    sparse_rows,
+)
 from encoderrt.runtime.prompts import resolve_prompt, with_prompt
 from encoderrt.runtime.requests import (
     Classification,
     ClassifyRequest,
     EmbedRequest,
     NoLongerThan,
-    RerankRequest,
     Request,
+    RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
     TokenEmbedRequest,

@@ -10,7 +10,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from encoderrt.runtime.errors import EngineClosed, EngineError, InferenceFailed, InvalidRequest, Overloaded, ResultTooLarge
+from encoderrt.runtime.errors import (
+    EngineClosed,
+    EngineError,
+    InferenceFailed,
+    InvalidRequest,
+    Overloaded,
+    ResultTooLarge,
+)
 from encoderrt.server.responses import JSONResponse
 
 

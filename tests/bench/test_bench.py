@@ -170,13 +170,12 @@ def test_a_slow_backend_is_measured_not_refused(controlled, tiny_artifacts, monk
     work: the bench's own engine takes them all, and a server that sheds load (`--url`) is waited for as clients
     do, where the bench used to stop with a traceback."""
     from controlled_backend import ControlledBackend
-    from server_helpers import ready_registry, running_server
-
     from encoderrt.bench import runners
     from encoderrt.runtime import Engine
     from encoderrt.runtime.errors import Overloaded
     from encoderrt.runtime.requests import EmbedRequest
     from encoderrt.server import ServerSettings, create_app
+    from server_helpers import ready_registry, running_server
 
     def workload(size: int) -> workloads.Workload:
         texts = [workloads.passages(size, seed=seed) for seed in range(8)]

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from artifact_runner import cosine_rows, run_artifact
-from tiny_models import PAIRS
 from encoderrt.runtime.manifest import read_manifest
+from tiny_models import PAIRS
 
 TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", " ".join(["rank score"] * 80)]
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from encoderrt.kernels.packed_attention import packed_attention
-from encoderrt.kernels.reference import reference_attention
 from encoderrt.kernels.packing import pack, unpack
+from encoderrt.kernels.reference import reference_attention
 
 
 def _packed_inputs(lengths, heads, head_dim, dtype, seed=0):

@@ -9,8 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -15,7 +15,6 @@ from encoderrt.runtime.texts import calibration_texts
 from encoderrt.server import ServerSettings, create_app
 from server_helpers import ready_registry, running_server
 
-
 TEXTS = ["how do rivers form", "Rivers form when rain water flows downhill and carves a channel.", "café 東京", "x"]
 PROMPTS = {"query": "query: ", "passage": "passage: "}
 LONG = "filler words go here " * 150 + "and the ending that a start-truncation keeps"

@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 
+from controlled_backend import ControlledBackend
 from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.server import ServerSettings, create_app
-from controlled_backend import ControlledBackend
 from server_helpers import ready_registry, running_server
 
 TOKENS_PER_SECOND = 4000
