@@ -49,6 +49,14 @@ def metric(url: str, name: str, label: str) -> float:
     return 0.0
 
 
+def wait_for(condition, timeout: float, what) -> None:
+    """Polls `condition` until it holds; past `timeout` s, fails with `what` (or what it returns, if callable)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.01)
+
+
 def ready_registry(**engines: Engine) -> ModelRegistry:
     registry = ModelRegistry()
     for name, engine in engines.items():

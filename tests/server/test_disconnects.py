@@ -10,17 +10,10 @@ import httpx
 from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.server import ServerSettings, create_app
-from server_helpers import metric, ready_registry, running_server
+from server_helpers import metric, ready_registry, running_server, wait_for
 
 CLIENTS = 50
 TEXTS = workloads.passages(256, seed=5)
-
-
-def _wait_for(condition, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.01)
 
 
 def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_artifacts):
@@ -30,16 +23,16 @@ def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_
         backend.gate.clear()  # hold the first batch, so every request is still queued when its client leaves
         host, port = url.removeprefix("http://").split(":")
         clients = [_send_embed_request(host, int(port), workloads.passages(256, seed=100 + i)) for i in range(CLIENTS)]
-        _wait_for(lambda: engine.stats.snapshot()["items"] == CLIENTS * 256, 60,
+        wait_for(lambda: engine.stats.snapshot()["items"] == CLIENTS * 256, 60,
                   lambda: f"the requests never all queued: {engine.stats.snapshot()}")
         for client in clients:  # every client leaves with its request queued behind the held batch
             client.close()
-        _wait_for(lambda: metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
+        wait_for(lambda: metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
                   "the server never noticed the disconnects")
         submitted = CLIENTS * 256
         backend.gate.set()
         # the engine is idle within about one batch: the held one finishes, then nothing is left to run
-        _wait_for(lambda: engine.stats.snapshot()["queue_depth"] == 0, 5, "cancelled rows were still queued")
+        wait_for(lambda: engine.stats.snapshot()["queue_depth"] == 0, 5, "cancelled rows were still queued")
         time.sleep(0.2)
         stats = engine.stats.snapshot()
         assert len(backend.batches) <= 2, backend.batches
@@ -72,13 +65,13 @@ def test_a_request_cut_off_by_the_shutdown_timeout_gets_a_503(controlled, tiny_a
                                            timeout_graceful_shutdown=1.0))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    _wait_for(lambda: server.started, 30, "server did not start")
+    wait_for(lambda: server.started, 30, "server did not start")
     controlled[0].gate.clear()  # the request never finishes on its own
     answer = {}
     client = threading.Thread(target=lambda: answer.update(response=httpx.post(
         f"http://127.0.0.1:{port}/embed", json={"inputs": ["held"]}, timeout=30)))
     client.start()
-    _wait_for(lambda: controlled[0].entered.is_set(), 30, "the request never reached the backend")
+    wait_for(lambda: controlled[0].entered.is_set(), 30, "the request never reached the backend")
     server.should_exit = True
     client.join(30)
     thread.join(30)

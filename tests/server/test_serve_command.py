@@ -15,7 +15,7 @@ from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.postprocess import cosine_pairs
-from server_helpers import free_port, metric
+from server_helpers import free_port, metric, wait_for
 
 
 def _start(args, env):
@@ -70,10 +70,8 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
             inflight = [pool.submit(post) for _ in range(4)]
             # a connection still in the listen backlog at the SIGTERM is reset, as by any server: signal once all
             # four requests are in the engine
-            deadline = time.monotonic() + 60
-            while metric(url, "encoderrt_engine_items_total", 'model="all-MiniLM-L6-v2"') < 4 * len(texts):
-                assert time.monotonic() < deadline, "the four requests never reached the engine"
-                time.sleep(0.02)
+            wait_for(lambda: metric(url, "encoderrt_engine_items_total", 'model="all-MiniLM-L6-v2"') >= 4 * len(texts), 60,
+                     "the four requests never reached the engine")
             process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             responses, finished = zip(*(f.result() for f in inflight))
