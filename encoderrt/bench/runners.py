@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import math
 import signal
 import socket
@@ -62,29 +63,33 @@ def items_of(request: Request) -> int:
 
 async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workload, concurrency: int,
                       duration: float, result: RunResult) -> RunResult:
-    """`call` runs one request and returns its token count."""
+    """`call` runs one request and returns its token count.
+
+    A client takes the request that has waited longest since it last ran, never one in flight: the
+    engine computes a duplicate once, and with as many requests as clients a plain cycle (the next
+    index) re-sent requests still running whenever they finished out of order.
+    """
     requests = workload.requests
     if len(requests) < concurrency:
         raise ValueError(f"the {workload.name} workload has {len(requests)} requests for {concurrency} clients: "
                          "requests would be in flight twice and deduplicated")
-    position = 0
+    idle = collections.deque(range(len(requests)))
+    sent = 0
     deadline = time.perf_counter() + duration
 
-    def next_request() -> Request | None:
-        nonlocal position
-        if position >= len(requests) and time.perf_counter() >= deadline:
-            return None
-        request = requests[position % len(requests)]
-        position += 1
-        return request
-
     async def client() -> None:
-        while (request := next_request()) is not None:
+        nonlocal sent
+        while sent < len(requests) or time.perf_counter() < deadline:  # at least one whole pass
+            index = idle.popleft()
+            sent += 1
             start = time.perf_counter()
-            tokens = await call(request)  # not `result.tokens += await ...`: that reads the total before awaiting
+            try:
+                tokens = await call(requests[index])  # not `result.tokens += await ...`: that reads the total first
+            finally:
+                idle.append(index)
             result.latencies.append(time.perf_counter() - start)
             result.tokens += tokens
-            result.items += items_of(request)
+            result.items += items_of(requests[index])
 
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))

@@ -122,6 +122,29 @@ def test_workloads_never_put_one_request_in_flight_twice():
         assert len(set(texts)) > 0.9 * len(texts)
 
 
+def test_closed_loop_never_sends_a_request_still_in_flight():
+    """Requests that finish out of order: a plain cycle through as many requests as clients re-sent running ones."""
+    import asyncio
+    import random
+
+    from encoderrt.bench.runners import RunResult, closed_loop
+
+    workload = workloads.build("passages", "embed", scale=0.1, min_requests=8)
+    in_flight, seen, rng = set(), [], random.Random(0)
+
+    async def call(request):
+        assert id(request) not in in_flight
+        in_flight.add(id(request))
+        seen.append(id(request))
+        await asyncio.sleep(rng.uniform(0, 0.004))
+        in_flight.discard(id(request))
+        return 3
+
+    result = asyncio.run(closed_loop(call, workload, len(workload.requests), 0.05, RunResult("passages", "engine", 8)))
+    assert len(seen) > len(workload.requests) and result.tokens == 3 * len(seen)
+    assert set(seen[: len(workload.requests)]) == {id(r) for r in workload.requests}  # the first pass is whole
+
+
 def test_closed_loop_refuses_fewer_requests_than_clients():
     import asyncio
 
