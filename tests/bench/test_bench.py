@@ -122,6 +122,18 @@ def test_workloads_never_put_one_request_in_flight_twice():
         assert len(set(texts)) > 0.9 * len(texts)
 
 
+def test_more_clients_split_a_pass_instead_of_growing_it():
+    """Every run takes at least a pass, so a pass that grew with the clients made a default bench 5.6 minutes."""
+    for name in workloads.WORKLOADS:
+        default = workloads.build(name, "embed", min_requests=8)
+        many = workloads.build(name, "embed", min_requests=32)
+        assert len(many.requests) >= 32 and all(getattr(r, "texts", getattr(r, "documents", None)) for r in many.requests)
+        assert len(many.reference_texts) <= 1.2 * len(default.reference_texts)
+    assert [len(r.texts) for r in workloads.build("passages", "embed", min_requests=8).requests] == [16] * 16
+    rerank = workloads.build("rerank", "embed", min_requests=8)
+    assert len(rerank.requests) == 12 and all(32 <= len(r.documents) <= 100 for r in rerank.requests)
+
+
 def test_closed_loop_never_sends_a_request_still_in_flight():
     """Requests that finish out of order: a plain cycle through as many requests as clients re-sent running ones."""
     import asyncio
