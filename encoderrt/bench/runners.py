@@ -81,15 +81,16 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
         nonlocal sent
         while sent < len(requests) or time.perf_counter() < deadline:  # at least one whole pass
             index = idle.popleft()
+            request = requests[index]
             sent += 1
             start = time.perf_counter()
             try:
-                tokens = await call(requests[index])  # not `result.tokens += await ...`: that reads the total first
+                tokens = await call(request)  # not `result.tokens += await ...`: that reads the total before awaiting
             finally:
-                idle.append(index)
+                idle.append(index)  # also after a failure, so the other clients never find the deque empty
             result.latencies.append(time.perf_counter() - start)
             result.tokens += tokens
-            result.items += items_of(requests[index])
+            result.items += items_of(request)
 
     start = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))

@@ -24,11 +24,11 @@ def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_
         host, port = url.removeprefix("http://").split(":")
         clients = [_send_embed_request(host, int(port), workloads.passages(256, seed=100 + i)) for i in range(CLIENTS)]
         wait_for(lambda: engine.stats.snapshot()["items"] == CLIENTS * 256, 60,
-                  lambda: f"the requests never all queued: {engine.stats.snapshot()}")
+                 lambda: f"the requests never all queued: {engine.stats.snapshot()}")
         for client in clients:  # every client leaves with its request queued behind the held batch
             client.close()
         wait_for(lambda: metric(url, "encoderrt_http_requests_total", 'status="499"') >= CLIENTS, 30,
-                  "the server never noticed the disconnects")
+                 "the server never noticed the disconnects")
         submitted = CLIENTS * 256
         backend.gate.set()
         # the engine is idle within about one batch: the held one finishes, then nothing is left to run
