@@ -24,7 +24,7 @@ from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
 from encoderrt.server import common, tei
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
-from encoderrt.server.schemas import NonEmpty, RequestBody
+from encoderrt.server.schemas import AutoTruncate, NonEmpty, RequestBody
 
 router = APIRouter(tags=["TEI (huggingface_hub)"], route_class=BodyRoute)
 
@@ -36,7 +36,7 @@ class SimilarityInputs(RequestBody):
 
 class SimilarityBody(RequestBody):
     inputs: SimilarityInputs
-    truncate: bool = False
+    truncate: AutoTruncate = True
 
 
 class ClassificationParameters(RequestBody):
@@ -47,7 +47,7 @@ class ClassificationParameters(RequestBody):
 class ClassificationBody(RequestBody):
     inputs: str | NonEmpty[str]
     parameters: ClassificationParameters = ClassificationParameters()
-    truncate: bool = False
+    truncate: AutoTruncate = True
 
 
 class DecodeBody(RequestBody):

@@ -20,7 +20,7 @@ from encoderrt.runtime.requests import (
 )
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
-from encoderrt.server.schemas import NonEmpty, RequestBody
+from encoderrt.server.schemas import AutoTruncate, NonEmpty, RequestBody
 
 router = APIRouter(tags=["TEI"], route_class=BodyRoute)
 
@@ -30,7 +30,7 @@ class EmbedBody(RequestBody):
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | NonEmpty[str]
     normalize: bool = True
-    truncate: bool = False
+    truncate: AutoTruncate = True
     dimensions: int | None = None
     prompt_name: str | None = None
     """One of the model's prompts, as TEI takes it; unset: the model's default prompt."""
@@ -42,7 +42,7 @@ class EmbedAllBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | NonEmpty[str]
-    truncate: bool = False
+    truncate: AutoTruncate = True
     prompt_name: str | None = None
     truncation_direction: Literal["Right", "Left"] = "Right"
 
@@ -51,7 +51,7 @@ class EmbedSparseBody(RequestBody):
     model: str | None = None
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | NonEmpty[str]
-    truncate: bool = False
+    truncate: AutoTruncate = True
     top_k: int | None = None
     """encoderrt extension: only the k heaviest tokens of each vector."""
 
@@ -61,7 +61,7 @@ class PredictBody(RequestBody):
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | NonEmpty[str] | NonEmpty[list[str]]
     raw_scores: bool = False
-    truncate: bool = False
+    truncate: AutoTruncate = True
 
 
 class TEIRerankBody(RequestBody):
@@ -71,7 +71,7 @@ class TEIRerankBody(RequestBody):
     texts: NonEmpty[str]
     raw_scores: bool = False
     return_text: bool = False
-    truncate: bool = False
+    truncate: AutoTruncate = True
 
 
 @router.post("/embed")

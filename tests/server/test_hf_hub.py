@@ -1,6 +1,7 @@
 """huggingface_hub's InferenceClient, unmodified, against a real server: it posts every task to the base URL."""
 
 import httpx
+import numpy as np
 import pytest
 
 from artifact_runner import cosine_rows
@@ -52,3 +53,34 @@ def test_decode_and_info(url, engines):
 def test_root_route_names_a_bad_body(url):
     response = httpx.post(f"{url}/", json={"inputs": {"source_sentence": "x"}})
     assert response.status_code == 400 and "inputs.sentences" in response.text
+
+
+LONG = "rivers carve valleys over many years " * 80  # about 480 tokens, past MiniLM's 256
+
+
+def test_over_long_input_is_truncated_unless_truncate_is_false(hub_client, url, engines):
+    """TEI truncates by default (--auto-truncate, on since 1.9; /info says auto_truncate: true); only an explicit
+    `"truncate": false` refuses an over-long input."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    cut = engines["minilm"].embed([LONG], truncate=True)
+    assert cosine_rows(hub_client.feature_extraction(LONG), cut)[0] >= 0.99999
+    with pytest.raises(HfHubHTTPError) as refused:
+        hub_client.feature_extraction(LONG, truncate=False)
+    assert refused.value.response.status_code == 400 and "limit of 256" in refused.value.response.text
+    assert httpx.get(f"{url}/info").json()["auto_truncate"] is True
+
+    # the bodies a curl user sends (as the README's examples), with and without "truncate"
+    unset = httpx.post(f"{url}/embed", content=f'{{"inputs": ["{LONG}"]}}', headers={"content-type": "application/json"})
+    assert unset.status_code == 200 and cosine_rows(np.array(unset.json()), cut)[0] >= 0.99999
+    assert httpx.post(f"{url}/embed", json={"inputs": [LONG], "truncate": None}).status_code == 200
+    rerank = {"model": "reranker", "query": "rivers", "texts": [LONG, "bread"]}
+    predict = {"model": "classifier", "inputs": LONG}
+    for route, body in (("/embed", {"inputs": [LONG]}), ("/rerank", rerank), ("/predict", predict)):
+        assert httpx.post(f"{url}{route}", json=body).status_code == 200, route
+        refused_body = httpx.post(f"{url}{route}", json={**body, "truncate": False})
+        assert refused_body.status_code == 400 and "tokens" in refused_body.text, route
+    ranked = httpx.post(f"{url}/rerank", json=rerank).json()
+    expected = engines["reranker"].rerank("rivers", [LONG, "bread"])
+    assert [r["index"] for r in ranked] == [i for i, _ in expected]
+    assert [r["score"] for r in ranked] == pytest.approx([s for _, s in expected], abs=1e-6)
