@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.bench.ceiling import Ceiling
+from encoderrt.bench.plots import plot_latency, plot_throughput
 from encoderrt.bench.references import ReferenceResult
 from encoderrt.bench.runners import RunResult
 
@@ -167,12 +168,16 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> list[Path]:
-        from encoderrt.bench.plots import plot_latency, plot_throughput
-
         folder.mkdir(parents=True, exist_ok=True)
         written = [folder / "report.json", folder / "report.md", folder / "throughput.png", folder / "latency.png"]
         written[0].write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
         written[1].write_text(self.markdown(), encoding="utf-8")
-        plot_throughput(self, written[2])
-        plot_latency(self, written[3])
+        curves: dict[str, list[tuple[int, float]]] = {}
+        for m in self.measurements:
+            curves.setdefault(f"{m.workload} ({m.mode})", []).append((m.concurrency, m.median.tokens_per_s))
+        references = {f"{workload}: sentence-transformers {kind}": statistics.median(p.tokens_per_s for p in passes)
+                      for workload, kinds in self.references.items() for kind, passes in kinds.items()}
+        plot_throughput(self.model["name"], dict(sorted(curves.items())), references, written[2])
+        plot_latency({f"{m.workload} {m.mode}, {m.concurrency} clients": m.median.latencies for m in self.measurements},
+                     written[3])
         return written

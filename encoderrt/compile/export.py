@@ -15,10 +15,10 @@ import torch
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
+from encoderrt.models.attention import OPSET
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
 from encoderrt.runtime.tokenizer import POOLING_START
 
-OPSET = 17
 
 
 def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.Module:
@@ -39,9 +39,7 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     if source.task == "embed":
         return PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders]).eval()
     if source.task == "sparse":
-        from encoderrt.compile.sparse import splade_module
-
-        return splade_module(model, source.pooling)
+        return SpladeEncoder(model, source.pooling).eval()
     return ClassifierLogits(model).eval()
 
 
@@ -120,6 +118,25 @@ class ClassifierLogits(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         return self.classifier(**_feeds(input_ids, attention_mask, token_type_ids)).logits
+
+
+class SpladeEncoder(torch.nn.Module):
+    """A sparse (SPLADE) model: log(1 + relu(logits)) over the MLM logits of the real tokens (log1p once more for
+    the `log1p_relu` activation of OpenSearch's models), pooled (max or sum) to one [vocab] row per text, so the
+    [batch, tokens, vocab] activation never leaves the graph; the runtime keeps the weights above zero
+    (runtime/postprocess.py sparse_rows)."""
+
+    def __init__(self, mlm: torch.nn.Module, pooling: str):
+        super().__init__()
+        self.mlm = mlm
+        self.pooling = pooling
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        logits = self.mlm(**_feeds(input_ids, attention_mask, token_type_ids)).logits
+        weights = torch.log1p(torch.relu(logits * attention_mask.unsqueeze(-1).to(logits.dtype)))
+        if self.pooling.endswith("_log1p_relu"):
+            weights = torch.log1p(weights)
+        return weights.max(dim=1).values if self.pooling.startswith("splade_max") else weights.sum(dim=1)
 
 
 def output_name(source: SourceModel) -> str:

@@ -21,9 +21,9 @@ import torch
 
 from encoderrt.compile.errors import FusionError
 from encoderrt.compile.source import SourceModel
+from encoderrt.models.attention import OPSET
 from encoderrt.runtime.packing import PACKED_ATTENTION_DOMAIN, PACKED_ATTENTION_OP, packed_input_names
 
-OPSET = 17
 ATTENTION_IMPLEMENTATION = "encoderrt_packed"
 _TORCH_OP = "encoderrt_export::packed_attention"
 

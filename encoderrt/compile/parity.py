@@ -132,9 +132,12 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
         return (model.encode(texts, prompt="", batch_size=8, convert_to_numpy=True, show_progress_bar=False),
                 "sentence-transformers SentenceTransformer.encode")
     if source.task == "sparse":
-        from encoderrt.compile.sparse import sparse_reference
+        from sentence_transformers import SparseEncoder
 
-        return sparse_reference(source.folder, source.max_length, texts), "sentence-transformers SparseEncoder.encode"
+        model = SparseEncoder(folder, device="cpu", local_files_only=True)
+        model.max_seq_length = source.max_length
+        vectors = model.encode(texts, batch_size=8, convert_to_tensor=True, show_progress_bar=False)
+        return vectors.to_dense().numpy().astype(np.float32), "sentence-transformers SparseEncoder.encode"
     if source.task == "score":
         from sentence_transformers import CrossEncoder
 

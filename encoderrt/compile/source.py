@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
-from encoderrt.compile.sparse import splade_pooling
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, Pooling, Task
 from encoderrt.runtime.tokenizer import POOLING_START
@@ -322,3 +321,16 @@ def _dense_output(path: Path) -> int:
     if not isinstance(out_features, int) or out_features < 1:
         raise InputError(f"{path / 'config.json'} gives no out_features for its Dense module")
     return out_features
+
+
+def splade_pooling(path: Path, config: dict[str, Any]) -> str:
+    """The manifest's pooling for a SpladePooling module's config.json at `path` (a sentence-transformers
+    SparseEncoder folder: an MLM head, then SpladePooling, max or sum, over log(1 + relu(logits)))."""
+    strategy = config.get("pooling_strategy", "max")
+    activation = config.get("activation_function", "relu")
+    if strategy not in ("max", "sum"):
+        raise InputError(f"SpladePooling strategy '{strategy}' in {path} is not supported; encoderrt supports max and sum")
+    if activation not in ("relu", "log1p_relu"):
+        raise InputError(f"SpladePooling activation '{activation}' in {path} is not supported; encoderrt supports relu "
+                         "and log1p_relu")
+    return f"splade_{strategy}" + ("_log1p_relu" if activation == "log1p_relu" else "")

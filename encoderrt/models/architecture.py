@@ -37,7 +37,7 @@ class Architecture:
     packed_layout: bool = False
     """Whether TensorRT's padding-free graph (compile/packed.py) knows this family's embeddings and head."""
     rewrite_attention: Callable[[Any, str], None] | None = None
-    """For export only: route the loaded torch model's attention through one fusable op (compile/attention.py),
+    """For export only: route the loaded torch model's attention through one fusable op (models/attention.py),
     traced for "onnxruntime" or "sdpa"; None where the exporters' own patterns already fuse it."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""

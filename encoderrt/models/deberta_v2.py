@@ -5,7 +5,7 @@ segment input in the checkpoints users run (type_vocab_size 0).
 
 onnxruntime has no pattern for that attention. Export keeps transformers' computation of the two
 position terms (ordinary MatMuls and gathers) and hands q, k, v, the padding and their sum as the
-bias to compile/attention.py's biased attention: one MultiHeadAttention (or SDPA) per layer.
+bias to models/attention.py's biased attention: one MultiHeadAttention (or SDPA) per layer.
 The classification head is a pooler (dense + GELU on the first token) and the classifier.
 """
 
@@ -20,7 +20,7 @@ from encoderrt.models.architecture import Architecture
 def _rewrite_attention(model: Any, export: str) -> None:
     from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
 
-    from encoderrt.compile.attention import biased_attention, key_padding_mask
+    from encoderrt.models.attention import biased_attention, key_padding_mask
 
     def forward(self, hidden_states, attention_mask, output_attentions=False, query_states=None, relative_pos=None,
                 rel_embeddings=None):

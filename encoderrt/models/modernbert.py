@@ -4,7 +4,7 @@ sliding-window layers (`local_attention` tokens wide), up to 8,192 positions. No
 
 transformers builds one mask per layer type (padding, and the window for local layers) and applies
 rotary to q and k before its attention function. Export swaps in an attention function that hands
-the rotated q, k, v and the layer's additive mask to compile/attention.py's biased attention:
+the rotated q, k, v and the layer's additive mask to models/attention.py's biased attention:
 onnxruntime's MultiHeadAttention with the mask as its bias, or SDPA with it for OpenVINO and
 TensorRT. The mask must be additive (eager's finite minimum): with transformers' boolean SDPA mask,
 a padded query whose whole window is padding has no key left, OpenVINO's SDPA returns NaN for it,
@@ -28,7 +28,7 @@ def _register(export: str) -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-    from encoderrt.compile.attention import biased_attention
+    from encoderrt.models.attention import biased_attention
 
     def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         """transformers hands [B, heads, S, head_dim] and an additive [B, 1, S, S] mask; returns [B, S, heads, head_dim]."""

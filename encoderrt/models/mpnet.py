@@ -2,7 +2,7 @@
 relative-position bias, computed once from the sequence length and added to every layer's scores.
 
 onnxruntime's optimizer does not match attention with that bias, and transformers runs MPNet with
-eager attention only, so export routes each layer through compile/attention.py's biased attention:
+eager attention only, so export routes each layer through models/attention.py's biased attention:
 onnxruntime's MultiHeadAttention with the bias as an input, or SDPA for OpenVINO and TensorRT.
 """
 
@@ -17,7 +17,7 @@ from encoderrt.models.architecture import Architecture
 def _rewrite_attention(model: Any, export: str) -> None:
     from transformers.models.mpnet.modeling_mpnet import MPNetSelfAttention
 
-    from encoderrt.compile.attention import biased_attention, key_padding_mask
+    from encoderrt.models.attention import biased_attention, key_padding_mask
 
     def forward(self, hidden_states, attention_mask=None, position_bias=None, output_attentions=False, **kwargs):
         q, k, v = self.q(hidden_states), self.k(hidden_states), self.v(hidden_states)

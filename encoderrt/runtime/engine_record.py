@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from encoderrt.runtime.backends.base import BackendUnavailable
+from encoderrt.runtime.errors import BackendUnavailable
 
 
 class EngineMismatch(BackendUnavailable):

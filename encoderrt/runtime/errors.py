@@ -38,3 +38,7 @@ class InferenceFailed(EngineError):
 
 class EngineClosed(EngineError):
     """The engine was closed before the request finished."""
+
+
+class BackendUnavailable(RuntimeError):
+    """The artifact's target needs a package or device that this machine lacks (raised at load, never per request)."""

@@ -13,9 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
+from encoderrt.runtime.errors import BackendUnavailable
 
-class BackendUnavailable(RuntimeError):
-    """The artifact's target needs a package or device that this machine lacks."""
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable"]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Literal
 
 import torch
 
-from encoderrt.compile.export import OPSET
-
+OPSET = 17
+"""The ONNX opset of the TorchScript export (compile/export.py, compile/packed.py): the custom ops register at it."""
 AttentionExport = Literal["onnxruntime", "sdpa"]
 """How a rewritten attention is traced: onnxruntime's contrib op, or torch's SDPA."""
 _TORCH_OP = "encoderrt_export::biased_attention"
