@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel
 from ray import serve
 from ray.serve import metrics
 
+from encoderrt.deploy.settings import RayAppArgs
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
@@ -46,50 +47,6 @@ class ServedArtifact(BaseModel):
     path: str
     default_prompt_name: str | None = None
     """Overrides the folder's default prompt for this model ("" for none), as `serve --default-prompt-name` does."""
-
-
-class RayAppArgs(BaseModel):
-    """`serve run encoderrt.deploy.ray:app key=value ...`, or a Serve config file's `args:` (comma-separated lists)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    models: list[str]
-    """Artifact or model folders (model folders compile on the driver, once, into the compile cache); the bundled
-    model by its name, all-MiniLM-L6-v2."""
-    served_model_names: list[str] = []
-    replicas: int = 1
-    autoscale: str | None = None
-    """MIN:MAX replicas, scaled on ongoing requests against a target from the engine's measured capacity."""
-    cpus_per_replica: float = 2.0
-    request_tokens: int = 1024
-    """Tokens of a typical request of your traffic (eight 128-token passages by default): with the engine's measured
-    budget it sets the autoscaling target."""
-    default_prompt_names: list[str] = []
-    """Per model, in order, the default prompt replacing the folder's ("" for none): "query,,passage"."""
-    api_key: str | None = None
-    # the engine's and the app's limits, as `encoderrt serve` takes them (the connection limits are Ray's proxy's)
-    max_batch_tokens: int | None = EngineConfig.max_batch_tokens
-    max_queue: int = EngineConfig.max_queue_items
-    max_queue_seconds: float = EngineConfig.max_queue_seconds
-    long_inputs: Literal["truncate", "chunk"] = EngineConfig.long_inputs
-    max_token_embeddings: int = EngineConfig.max_token_embeddings
-    max_client_batch_size: int = ServerSettings.max_client_batch_size
-    max_body_bytes: int = ServerSettings.max_body_bytes
-
-    @field_validator("models", "served_model_names", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: object) -> object:
-        return [part for part in value.split(",") if part] if isinstance(value, str) else value
-
-    @field_validator("default_prompt_names", mode="before")
-    @classmethod
-    def _comma_separated_keeping_empty(cls, value: object) -> object:
-        return value.split(",") if isinstance(value, str) else value
-
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(max_batch_tokens=self.max_batch_tokens, max_queue_items=self.max_queue,
-                            max_queue_seconds=self.max_queue_seconds, long_inputs=self.long_inputs,
-                            max_token_embeddings=self.max_token_embeddings)
 
 
 @serve.deployment(health_check_period_s=HEALTH_CHECK_PERIOD_S, graceful_shutdown_timeout_s=30)
@@ -185,30 +142,36 @@ def app(args: dict) -> serve.Application:
 
 def build(options: RayAppArgs) -> serve.Application:
     artifacts = compiled_artifacts(options)
-    engine = options.engine_config()
+    engine = options.layer(EngineConfig)
     deployment = EncoderReplica.options(ray_actor_options={"num_cpus": options.cpus_per_replica},
                                         **scaling(options, artifacts, engine))
     # each replica's backend threads match the cores Ray gives it, not every core of the node
-    replica_engine = replace(engine, intra_op_threads=math.ceil(options.cpus_per_replica))
-    return deployment.bind(artifacts, ServerSettings(api_key=options.api_key, engine=replica_engine,
-                                                     max_client_batch_size=options.max_client_batch_size,
-                                                     max_body_bytes=options.max_body_bytes))
+    replica_engine = engine if engine.intra_op_threads else replace(engine, intra_op_threads=math.ceil(options.cpus_per_replica))
+    return deployment.bind(artifacts, options.layer(ServerSettings, engine=replica_engine))
+
+
+def use_haproxy() -> None:
+    """HAProxy forwarding straight to each replica's own HTTP port, rather than Ray's Python proxy in between: on
+    2 cores the Python proxy takes the CPU the backend needs (0.62x of `encoderrt serve` against ~0.8x); set both
+    when you start a cluster yourself."""
+    os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
+    os.environ.setdefault("RAY_SERVE_ENABLE_DIRECT_INGRESS", "1")
 
 
 def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:
     """`encoderrt serve --ray`: join the cluster at `address` (or RAY_ADDRESS's, or start a local one), serve
-    until Ctrl-C."""
-    import os
-
+    until Ctrl-C. Replicas the cluster cannot place are refused before Serve starts."""
     import ray
 
     application = build(options)  # compiles here, before Ray starts, so a bad model fails in a second
-    # HAProxy forwarding straight to each replica's own HTTP port, rather than Ray's Python proxy in between: on
-    # 2 cores the Python proxy takes the CPU the backend needs (0.62x of `encoderrt serve` against ~0.8x); set
-    # both when you start a cluster yourself
-    os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
-    os.environ.setdefault("RAY_SERVE_ENABLE_DIRECT_INGRESS", "1")
+    use_haproxy()
     ray.init(address=address)
+    try:
+        for warning in check_placement(options, ray.cluster_resources().get("CPU", 0.0)):
+            log.warning("%s", warning)
+    except ValueError:
+        ray.shutdown()
+        raise
     serve.start(http_options={"host": host, "port": port})
     _stop_on_signals()
     try:
@@ -218,6 +181,28 @@ def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:
     finally:
         serve.shutdown()
     return 0
+
+
+def check_placement(options: RayAppArgs, cluster_cpus: float) -> list[str]:
+    """Ray leaves a replica it cannot place pending, without a word, and Serve never becomes healthy: the replicas
+    that must run (a fixed count, or autoscaling's minimum) x CPUs each past the cluster's CPUs is a ValueError
+    naming the numbers; an autoscaling maximum past them is a warning (the cluster may grow)."""
+    each = options.cpus_per_replica
+    if not each > 0:
+        raise ValueError(f"cpus_per_replica must be above 0, got {each:g}")
+    low, high = autoscale_bounds(options.autoscale) if options.autoscale else (options.replicas, options.replicas)
+    def need(count: int) -> str:
+        return (f"{count} replicas x {each:g} CPUs each (--cpus-per-replica) need {count * each:g} CPUs; this Ray "
+                f"cluster has {cluster_cpus:g}")
+
+    if low * each > cluster_cpus:
+        what = f"autoscaling's minimum of {low}" if options.autoscale else f"--replicas {low}"
+        raise ValueError(f"{what}: {need(low)}, so Ray would leave {low - int(cluster_cpus // each)} of them pending; "
+                         "lower --replicas or --cpus-per-replica, or add nodes")
+    if high * each > cluster_cpus:
+        return [f"autoscaling's maximum of {high}: {need(high)}, so past {int(cluster_cpus // each)} replicas new ones "
+                "wait for the cluster to grow"]
+    return []
 
 
 def _stop_on_signals() -> None:
@@ -233,19 +218,12 @@ def _stop_on_signals() -> None:
 
 def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
     """Every MODEL as an artifact path, compiled here (the driver) when it is a model folder, named as `serve` names."""
-    from encoderrt.compile.cache import BUNDLED_NAME, artifact_for
+    from encoderrt.compile.cache import artifact_for
     from encoderrt.compile.progress import StepReporter
-    from encoderrt.server.loading import ModelSpec, plan_models
+    from encoderrt.server.loading import plan_models
 
-    names, prompts = options.served_model_names, options.default_prompt_names
-    for given, field in ((names, "served_model_names"), (prompts, "default_prompt_names")):
-        if len(given) > len(options.models):
-            raise ValueError(f"{len(given)} {field} for {len(options.models)} models")
-    paths = [None if path == BUNDLED_NAME and not Path(path).exists() else Path(path) for path in options.models]
-    specs = [ModelSpec(path, names[i] if i < len(names) else None, prompts[i] if i < len(prompts) else None)
-             for i, path in enumerate(paths)]
     artifacts = []
-    for planned in plan_models(specs):
+    for planned in plan_models(options.specs()):
         path, _ = artifact_for(planned.spec.path, StepReporter(logger=log, prefix=f"{planned.name}: "))
         prompt = planned.spec.default_prompt_name
         # an unknown prompt fails here, not in every replica's start-up (which checks the files' hashes itself)
@@ -260,17 +238,23 @@ def scaling(options: RayAppArgs, artifacts: list[ServedArtifact], config: Engine
         if options.replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {options.replicas}")
         return {"num_replicas": options.replicas}
-    low, _, high = options.autoscale.partition(":")
-    try:
-        minimum, maximum = int(low), int(high)
-    except ValueError:
-        raise ValueError(f"autoscale takes MIN:MAX replicas, got {options.autoscale!r}") from None
-    if not 0 <= minimum <= maximum or maximum < 1:
-        raise ValueError(f"autoscale MIN:MAX needs 0 <= MIN <= MAX and MAX >= 1, got {options.autoscale!r}")
+    minimum, maximum = autoscale_bounds(options.autoscale)
     return {"autoscaling_config": {"min_replicas": minimum, "max_replicas": maximum,
                                    "target_ongoing_requests": target_ongoing_requests(artifacts[0].path, config,
                                                                                       options.request_tokens),
                                    "upscale_delay_s": UPSCALE_DELAY_S, "downscale_delay_s": DOWNSCALE_DELAY_S}}
+
+
+def autoscale_bounds(autoscale: str) -> tuple[int, int]:
+    """MIN:MAX replicas, checked."""
+    low, _, high = autoscale.partition(":")
+    try:
+        minimum, maximum = int(low), int(high)
+    except ValueError:
+        raise ValueError(f"autoscale takes MIN:MAX replicas, got {autoscale!r}") from None
+    if not 0 <= minimum <= maximum or maximum < 1:
+        raise ValueError(f"autoscale MIN:MAX needs 0 <= MIN <= MAX and MAX >= 1, got {autoscale!r}")
+    return minimum, maximum
 
 
 def target_ongoing_requests(artifact: str, config: EngineConfig, request_tokens: int) -> int:

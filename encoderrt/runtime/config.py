@@ -1,35 +1,40 @@
-"""Engine settings. Defaults suit a small CPU box; every field can be overridden at load."""
+"""Engine settings. Defaults suit a small CPU box; every field can be overridden at load (`Engine.load(path,\n**fields)`) and is a flag of `encoderrt serve` (runtime/settings.py generates it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from encoderrt.runtime.settings import setting
+
 
 @dataclass(frozen=True)
 class EngineConfig:
-    max_batch_tokens: int | None = None
-    """Padded tokens (rows x longest row) per backend run; None: calibrate at load."""
-    max_wait_ms: float = 2.0
-    """How long a shallow queue waits for company before running a small batch."""
-    max_queue_items: int = 8192
-    """Rows waiting at most; past it new work fails at once with Overloaded."""
-    max_queue_seconds: float = 5.0
-    """Work waiting at most, in seconds at the measured throughput; past it new work fails at once with Overloaded
-    (runtime/admission.py). Bounds latency under overload, and the time to recover after it."""
-    sessions: int = 1
-    """Parallel backend instances, each with cores / sessions threads (1 measured best on 2 cores)."""
-    intra_op_threads: int = 0
-    """Threads for all sessions together; 0: every core the process may use."""
-    calibration_latency_ms: float = 150.0
-    """Calibration picks the budget with the best throughput whose batch stays under this latency."""
-    long_inputs: Literal["truncate", "chunk"] = "truncate"
-    """Embedding inputs past the model's limit: cut at it, or embedded in chunks and merged (runtime/chunking.py)."""
+    max_batch_tokens: int | None = setting(
+        None, "padded tokens (rows x longest row) per backend run", metavar="N", shown="calibrated at load")
+    max_wait_ms: float = setting(
+        2.0, "how long a shallow queue waits for company before running a small batch", metavar="MS")
+    max_queue_items: int = setting(
+        8192, "rows waiting per model at most; past it new work is refused at once (HTTP 429)", metavar="N",
+        aliases=("--max-queue",))
+    max_queue_seconds: float = setting(
+        5.0, "work waiting per model at most, in seconds at the measured throughput; past it new work is refused at "
+        "once (HTTP 429). Bounds latency under overload and the time to recover after it ('inf': no limit)",
+        metavar="S")
+    sessions: int = setting(
+        1, "parallel backend instances, each with cores / sessions threads (1 measured best on 2 cores)", metavar="N")
+    intra_op_threads: int = setting(
+        0, "backend threads for all sessions together; 0: every core the process may use", metavar="N")
+    calibration_latency_ms: float = setting(
+        150.0, "calibration picks the budget with the best throughput whose batch stays under this latency",
+        metavar="MS")
+    long_inputs: Literal["truncate", "chunk"] = setting(
+        "truncate", "embedding inputs past the model's limit: cut at it, or embedded in chunks and averaged")
     default_prompt_name: str | None = None
-    """Overrides the folder's default prompt (TEI's --default-prompt-name); "" serves without one."""
-    max_token_embeddings: int = 8192
-    """Token vectors one embed_tokens request (TEI's /embed_all) may return: each is hidden-size floats, so 8,192
-    tokens of a 384-wide model are 12.6 MB as float32 and some 60 MB as JSON."""
+    """Overrides the folder's default prompt ("" serves without one); `serve` takes it per model (server/loading.py)."""
+    max_token_embeddings: int = setting(
+        8192, "token vectors one /embed_all request may return at most (HTTP 413 above it): each is hidden-size "
+        "floats, so 8,192 tokens of a 384-wide model are 12.6 MB as float32 and some 60 MB as JSON", metavar="N")
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:

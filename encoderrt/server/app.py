@@ -76,5 +76,5 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(ServerMiddleware, metrics=app.state.metrics, api_key=settings.api_key,
-                       max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.connections.read_timeout_s)
+                       max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.connections.request_read_timeout)
     return app

@@ -3,7 +3,7 @@
 uvicorn buffers a request head of any size, keeps a connection whose request trickles in a byte at a time open
 for ever (its keep-alive timer restarts on every byte, and a new connection that sends nothing has none), and
 accepts connections without bound. Here a head above `max_header_bytes` is answered 431, a head not received
-within `read_timeout_s` 408 (the body's own deadline is the middleware's, which owns the body), and a request on a
+within `request_read_timeout` 408 (the body's own deadline is the middleware's, which owns the body), and a request on a
 connection above `max_connections` 503 with Retry-After. Every answer is the API's JSON error, then the connection
 closes. Malformed HTTP gets that JSON shape too, where uvicorn sends plain text.
 """
@@ -82,7 +82,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.limits.read_timeout_s, self._head_timed_out)
+            self._head_timer = self.loop.call_later(self.limits.request_read_timeout, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -92,7 +92,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if self._awaiting_head and not self._refused and not self.transport.is_closing():
-            self._answer_and_close(408, f"the request head did not arrive within {self.limits.read_timeout_s:g} s "
+            self._answer_and_close(408, f"the request head did not arrive within {self.limits.request_read_timeout:g} s "
                                    "(--request-read-timeout)")
 
     def _count(self, status: int) -> None:
@@ -121,6 +121,6 @@ def uvicorn_config(app: object, settings: ServerSettings, **options: object) -> 
         "limits": settings.connections,
         "on_refusal": staticmethod(metrics.count_refused) if metrics is not None else None})
     return uvicorn.Config(app, host=settings.host, port=settings.port, http=protocol,  # type: ignore[arg-type]
-                          timeout_keep_alive=settings.connections.keep_alive_s,  # type: ignore[arg-type]
-                          timeout_graceful_shutdown=settings.graceful_shutdown_s,  # type: ignore[arg-type]
+                          timeout_keep_alive=settings.connections.keep_alive_timeout,  # type: ignore[arg-type]
+                          timeout_graceful_shutdown=settings.shutdown_timeout,  # type: ignore[arg-type]
                           **options)  # type: ignore[arg-type]

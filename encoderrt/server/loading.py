@@ -16,6 +16,7 @@ from encoderrt.compile.cache import BUNDLED_NAME, artifact_for, bundled_model, s
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from encoderrt.runtime.settings import declared, setting
 from encoderrt.server.registry import ModelRegistry
 
 log = logging.getLogger("encoderrt.server")
@@ -23,11 +24,27 @@ log = logging.getLogger("encoderrt.server")
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """One MODEL of `encoderrt serve`, with the settings given once per model, in order."""
+
     path: Path | None
     """An artifact folder, a model folder, or None for the bundled all-MiniLM-L6-v2."""
-    served_name: str | None = None
-    default_prompt_name: str | None = None
-    """Overrides the folder's default prompt for this model ("" for none)."""
+    served_model_name: str | None = setting(
+        None, "the name requests give in their `model` field", metavar="NAME", per_model=True,
+        shown="the folder's name")
+    default_prompt_name: str | None = setting(
+        None, "the prompt the model applies by default, over its folder's ('' for none; TEI's --default-prompt-name)",
+        metavar="NAME", per_model=True, shown="the folder's")
+
+    @classmethod
+    def each(cls, paths: list[Path | None], per_model: dict[str, list]) -> list["ModelSpec"]:
+        """One spec per path from lists of per-model values given in the same order; more values than models is
+        an error naming the flag (fewer leave the rest at their defaults)."""
+        for item in declared(cls):
+            given = per_model.get(item.name) or []
+            if len(given) > len(paths):
+                raise ValueError(f"{len(given)} {item.flag} values for {len(paths)} models")
+        return [cls(path, **{name: values[i] for name, values in per_model.items() if i < len(values or [])})
+                for i, path in enumerate(paths)]
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,7 @@ class PlannedModel:
 
 def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
     """Each model's served name, with every path checked; a ValueError names the first problem."""
-    planned = [PlannedModel(spec, spec.served_name or _own_name(spec.path)) for spec in specs]
+    planned = [PlannedModel(spec, spec.served_model_name or _own_name(spec.path)) for spec in specs]
     seen: dict[str, PlannedModel] = {}
     for model in planned:
         if model.name in seen:

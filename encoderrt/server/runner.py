@@ -52,7 +52,7 @@ def run_server(settings: ServerSettings, models: list[PlannedModel]) -> int:
     cut_off = app.state.metrics.cut_off_requests
     if cut_off:
         logging.getLogger("encoderrt.server").error("%d requests were cut off by the shutdown timeout of %.0f s "
-                                                    "(--shutdown-timeout)", cut_off, settings.graceful_shutdown_s)
+                                                    "(--shutdown-timeout)", cut_off, settings.shutdown_timeout)
     if server.interrupted:
         return INTERRUPTED
     return 1 if failures or cut_off else 0

@@ -1,50 +1,57 @@
-"""Server settings, built once by the CLI (or a test) and handed to the app factory."""
+"""Server settings, built once by the CLI (or a test) and handed to the app factory; each field is declared once
+(runtime/settings.py) and is a flag of `encoderrt serve`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from encoderrt.runtime.config import EngineConfig
+from encoderrt.runtime.settings import setting
 
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """What one client may hold of the server before its request reaches the app (server/connections.py)."""
+    """What one client may hold of the server before its request reaches the app (server/connections.py). Under
+    Ray, Ray's proxy holds the connections, so none of these is an app setting."""
 
-    max_header_bytes: int = 32 * 1024
-    """A request head (request line and headers) above this is answered 431 (nginx's practical limit)."""
-    max_connections: int = 512
-    """Open connections at most; a request on one above it gets 503 with Retry-After, then the connection closes."""
-    read_timeout_s: float = 30.0
-    """A request's head, and then its body, must each arrive within this (408 otherwise): a client that trickles a
-    byte at a time cannot hold a connection forever."""
-    keep_alive_s: float = 5.0
-    """An idle keep-alive connection closes after this (set it above a load balancer's idle timeout)."""
+    max_header_bytes: int = setting(
+        32 * 1024, "largest request head (request line and headers); above it, 431 (nginx's practical limit)",
+        metavar="N", in_app=False)
+    max_connections: int = setting(
+        512, "open connections at most; a request on one above it gets 503 with Retry-After, then the connection "
+        "closes", metavar="N", in_app=False)
+    request_read_timeout: float = setting(
+        30.0, "a request's head, then its body, must each arrive within S seconds, or 408: a client that trickles "
+        "a byte at a time cannot hold a connection", metavar="S", in_app=False)
+    keep_alive_timeout: float = setting(
+        5.0, "idle keep-alive connections close after S seconds (set it above a load balancer's idle timeout)",
+        metavar="S", in_app=False)
 
     def __post_init__(self) -> None:
         for name in ("max_header_bytes", "max_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.read_timeout_s <= 0:
-            raise ValueError(f"--request-read-timeout must be above 0 seconds, got {self.read_timeout_s}")
-        if self.keep_alive_s <= 0:
-            raise ValueError(f"--keep-alive-timeout must be above 0 seconds, got {self.keep_alive_s}")
+        if self.request_read_timeout <= 0:
+            raise ValueError(f"--request-read-timeout must be above 0 seconds, got {self.request_read_timeout}")
+        if self.keep_alive_timeout <= 0:
+            raise ValueError(f"--keep-alive-timeout must be above 0 seconds, got {self.keep_alive_timeout}")
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
-    max_body_bytes: int = 2 * 1024 * 1024
-    max_client_batch_size: int = 512
-    """Most items (texts, documents, pairs) one request may carry."""
+    host: str = setting("127.0.0.1", "address to listen on", in_app=False)
+    port: int = setting(8000, "port to listen on", in_app=False)
+    api_key: str | None = setting(None, "require 'Authorization: Bearer KEY' on every API route", metavar="KEY")
+    max_body_bytes: int = setting(2 * 1024 * 1024, "largest request body, after decompression; above it, 413",
+                                  metavar="N")
+    max_client_batch_size: int = setting(512, "most items (texts, documents, pairs) one request may carry; above "
+                                              "it, 413", metavar="N")
+    shutdown_timeout: float = setting(
+        30.0, "on SIGTERM, stop accepting and let in-flight requests finish for at most S seconds; those still "
+        "running then get a 503", metavar="S", in_app=False)
     engine: EngineConfig = field(default_factory=EngineConfig)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
-    graceful_shutdown_s: float = 30.0
-    """On SIGTERM: stop accepting, let in-flight requests finish for at most this long (--shutdown-timeout); those
-    still running then are answered 503."""
 
     def __post_init__(self) -> None:
-        if self.graceful_shutdown_s < 0:
-            raise ValueError(f"--shutdown-timeout must be at least 0 seconds, got {self.graceful_shutdown_s}")
+        if self.shutdown_timeout < 0:
+            raise ValueError(f"--shutdown-timeout must be at least 0 seconds, got {self.shutdown_timeout}")

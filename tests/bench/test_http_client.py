@@ -74,7 +74,7 @@ def test_replies_read_as_httpx_reads_them():
 
 
 def test_one_connection_is_kept_alive_and_reopened_when_the_server_closes_it():
-    settings = ServerSettings(connections=ConnectionLimits(keep_alive_s=0.2))
+    settings = ServerSettings(connections=ConnectionLimits(keep_alive_timeout=0.2))
     with running_server(APP, settings) as url:
         async def main():
             connection = Connection(url)

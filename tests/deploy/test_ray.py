@@ -40,7 +40,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def models(minilm_fp32, tiny_artifacts):
     return {"models": [str(minilm_fp32.path), str(tiny_artifacts["bert-cross-encoder"])],
-            "served_model_names": ["minilm", "reranker"], "cpus_per_replica": 1}
+            "served_model_name": ["minilm", "reranker"], "cpus_per_replica": 1}
 
 
 @pytest.fixture(scope="module")
@@ -157,11 +157,13 @@ def test_scaling_down_under_load_finishes_every_request(cluster, models, referen
 
 
 def test_a_default_prompt_the_model_lacks_fails_on_the_driver(models):
-    options = RayAppArgs.model_validate({**models, "default_prompt_names": "query"})
+    options = RayAppArgs.model_validate({**models, "default_prompt_name": "query"})
     with pytest.raises(ValueError, match="default prompt name 'query' is not one of this model's prompts: none"):
         compiled_artifacts(options)
-    kept = RayAppArgs.model_validate({**models, "default_prompt_names": ",,"})
-    assert kept.default_prompt_names == ["", "", ""]  # "" (no prompt) is a value, not a gap
+    kept = RayAppArgs.model_validate({**models, "default_prompt_name": ",,"})
+    assert kept.default_prompt_name == ["", "", ""]  # "" (no prompt) is a value, not a gap
+    # the plural spelling of earlier releases' Serve configs still works
+    assert RayAppArgs.model_validate({**models, "default_prompt_names": "query"}).default_prompt_name == ["query"]
 
 
 def test_serve_ray_refuses_connection_flags_it_cannot_apply(minilm_fp32):
@@ -218,7 +220,7 @@ def test_the_shipped_serve_configs_are_valid_for_ray_and_for_the_builder(documen
     (application,) = schema.applications
     assert application.import_path == "encoderrt.deploy.ray:app"
     options = RayAppArgs.model_validate(application.args)
-    assert options.models and len(options.served_model_names) == len(options.models) and options.autoscale
+    assert options.models and len(options.served_model_name) == len(options.models) and options.autoscale
 
 
 def test_serve_ray_refuses_bad_scaling_before_starting_anything(minilm_fp32):

@@ -13,7 +13,7 @@ from encoderrt.server import ServerSettings, create_app
 from encoderrt.server.settings import ConnectionLimits
 from server_helpers import ready_registry, running_server
 
-LIMITS = ConnectionLimits(max_header_bytes=4096, max_connections=4, read_timeout_s=1.0, keep_alive_s=0.5)
+LIMITS = ConnectionLimits(max_header_bytes=4096, max_connections=4, request_read_timeout=1.0, keep_alive_timeout=0.5)
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_a_request_cut_off_by_the_shutdown_timeout_gets_a_503(controlled, tiny_a
     from server_helpers import free_port
 
     engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512)
-    app = create_app(ServerSettings(graceful_shutdown_s=1.0), ready_registry(st=engine))
+    app = create_app(ServerSettings(shutdown_timeout=1.0), ready_registry(st=engine))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            timeout_graceful_shutdown=1.0))
