@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -59,7 +59,7 @@ NonEmpty = Annotated[list[T], Field(json_schema_extra=_non_empty)]
 the OpenAPI document says what the server does."""
 
 
-AutoTruncate = Annotated[bool, BeforeValidator(lambda value: True if value is None else value)]
+AutoTruncate = Annotated[bool | None, AfterValidator(lambda value: True if value is None else value)]
 """TEI's `truncate`: unset or null cuts at the model's limit (TEI's --auto-truncate, on by default since 1.9, and what
 /info reports); only `false` makes an over-long input a 400."""
 
