@@ -28,7 +28,7 @@ from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
 from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
+from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, Request, RerankRequest, ScoreRequest
+from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, Request, RerankRequest, ScoreRequest
 
 WORKLOADS = ("queries", "passages", "rerank")
 PASSAGES, PASSAGES_PER_REQUEST = 256, 16

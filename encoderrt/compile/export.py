@@ -20,7 +20,6 @@ from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
 from encoderrt.runtime.tokenizer import POOLING_START
 
 
-
 def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.Module:
     """The PyTorch module whose outputs the engine must reproduce (pooled embedding or logits).
 

@@ -11,14 +11,8 @@ from encoderrt.runtime.errors import (
     Overloaded,
 )
 from encoderrt.runtime.manifest import ManifestError
-from encoderrt.runtime.requests import (
-    Classification,
-    ClassifyRequest,
-    Completion,
-    EmbedRequest,
-    RerankRequest,
-    ScoreRequest,
-)
+from encoderrt.runtime.requests import Completion
+from encoderrt.runtime.tasks import Classification, ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
 
 __all__ = [
     "Classification", "ClassifyRequest", "Completion", "EmbedRequest", "Engine", "EngineClosed", "EngineConfig",

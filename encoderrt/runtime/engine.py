@@ -1,18 +1,21 @@
-"""`Engine`: the public Python API over one compiled artifact (embed / embed_sparse / score / rerank / classify).
+"""`Engine`: the public Python API over one compiled artifact (embed / embed_tokens / embed_sparse / score / rerank /
+classify, each with its async twin).
 
-The engine plans a request in the caller's thread (runtime/planner.py; the fast tokenizer releases the
-GIL; async callers plan large requests in the default executor and small ones on the loop), hands the
-rows to the scheduler's batching loop and finishes the rows that come back. It holds no HTTP and no torch.
+Every request kind runs one way: it plans itself in the caller's thread (runtime/tasks/; the fast tokenizer
+releases the GIL; async callers plan large requests in the default executor and small ones on the loop), the
+rows go to the scheduler's batching loop, and the plan finishes the rows that come back. The verbs are made
+from the kinds (`_verbs`), so a sync verb and its async twin are one code path. It holds no HTTP and no torch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -21,26 +24,27 @@ from encoderrt.runtime.backends import BackendOptions, load_backend
 from encoderrt.runtime.calibration import calibrate, check_graph, measure_budget
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import Manifest, read_manifest
-from encoderrt.runtime.planner import Plan, Planner
 from encoderrt.runtime.prompts import default_prompt
-from encoderrt.runtime.quantization import EmbeddingQuantizer, Precision
-from encoderrt.runtime.requests import (
-    Classification,
+from encoderrt.runtime.quantization import EmbeddingQuantizer
+from encoderrt.runtime.requests import Completion, Truncation
+from encoderrt.runtime.scheduler import Completed, Scheduler
+from encoderrt.runtime.stats import EngineStats, Timings
+from encoderrt.runtime.tasks import (
     ClassifyRequest,
-    Completion,
     EmbedRequest,
+    ModelContext,
+    Plan,
     Request,
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
-    TextOrTexts,
     TokenEmbedRequest,
-    Truncation,
-    as_texts,
+    plan,
 )
-from encoderrt.runtime.scheduler import Completed, Scheduler
-from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -72,18 +76,29 @@ SMALL_REQUEST_CHARS = 2048
 
 
 def _is_small(request: Request) -> bool:
-    if isinstance(request, EmbedRequest):
-        texts: Sequence[str] = request.texts
-    elif isinstance(request, ScoreRequest):
-        texts = [*([request.text_1] if isinstance(request.text_1, str) else request.text_1),
-                 *([request.text_2] if isinstance(request.text_2, str) else request.text_2)]
-    elif isinstance(request, RerankRequest):
-        texts = [request.query, *request.documents]
-    else:
-        texts = request.texts
+    texts = request.texts_for_sizing()
     if len(texts) > 64:
         return False
     return sum(len(t) for t in texts if isinstance(t, str)) <= SMALL_REQUEST_CHARS
+
+
+def _verbs(kind: Callable[P, Request[R]]) -> tuple[Callable[Concatenate["Engine", P], R],
+                                                    Callable[Concatenate["Engine", P], Awaitable[R]]]:
+    """A request kind's sync verb and its async twin, both taking the kind's own fields (its signature and
+    docstring are theirs): `engine.embed(texts, ...)` is `engine.run(EmbedRequest(texts, ...)).value`."""
+
+    def sync(engine: "Engine", /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return engine.run(kind(*args, **kwargs)).value
+
+    async def asynchronous(engine: "Engine", /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return (await engine.arun(kind(*args, **kwargs))).value
+
+    fields = inspect.signature(kind).parameters.values()
+    for verb in (sync, asynchronous):
+        verb.__doc__ = kind.__doc__
+        verb.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *fields])
+    return sync, asynchronous
 
 
 class Engine:
@@ -111,10 +126,10 @@ class Engine:
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats)
         name = str(manifest.source.get("name") or artifact_dir.name)
-        self._planner = Planner(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
-                                config.long_inputs == "chunk", config.max_token_embeddings)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""
+        self._model = ModelContext(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
+                                   config.long_inputs == "chunk", config.max_token_embeddings, self.quantizer)
         self.info = EngineInfo(
             name=name,
             task=manifest.task,
@@ -141,54 +156,18 @@ class Engine:
         manifest = read_manifest(folder)
         return cls(manifest, folder, replace(config or EngineConfig(), **settings))
 
-    # -- public verbs -------------------------------------------------------------------------
+    # -- public verbs: one per request kind, each with its async twin ------------------------------------
 
-    def embed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None, truncate: Truncation = True,
-              prompt_name: str | None = None, prompt: str | None = None, precision: Precision = "float32") -> np.ndarray:
-        """As SentenceTransformer.encode: the model's default prompt applies unless prompt_name or prompt says otherwise;
-        precision int8 / uint8 / binary / ubinary quantises as runtime/quantization.py says."""
-        vectors = self.run(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
-                                        prompt=prompt)).value
-        return vectors if precision == "float32" else self.quantizer.quantize(vectors, precision, normalize, dimensions)
-
-    def embed_tokens(self, texts: TextOrTexts, truncate: Truncation = True, prompt_name: str | None = None,
-                     prompt: str | None = None) -> list[np.ndarray]:
-        """Every token's final hidden state, one [tokens, hidden] array per text, as
-        SentenceTransformer.encode(output_value="token_embeddings") returns them (TEI's /embed_all)."""
-        return self.run(TokenEmbedRequest(as_texts(texts, "texts"), truncate, prompt_name, prompt)).value
-
-    def embed_sparse(self, texts: TextOrTexts, top_k: int | None = None, truncate: Truncation = True) -> list[list[tuple[int, float]]]:
-        """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first."""
-        return self.run(SparseEmbedRequest(as_texts(texts, "texts"), top_k, truncate)).value
-
-    def score(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
-        return self.run(ScoreRequest(text_1, text_2, truncate, activation)).value
-
-    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: Truncation = True,
-               activation: bool = True) -> list[tuple[int, float]]:
-        return self.run(RerankRequest(query, documents, top_n, truncate, activation)).value
-
-    def classify(self, texts: TextOrTexts, truncate: Truncation = True) -> list[Classification]:
-        return self.run(ClassifyRequest(as_texts(texts, "texts"), truncate)).value
-
-    async def aembed(self, texts: TextOrTexts, normalize: bool | None = None, dimensions: int | None = None,
-                     truncate: Truncation = True, prompt_name: str | None = None, prompt: str | None = None) -> np.ndarray:
-        return (await self.arun(EmbedRequest(as_texts(texts, "texts"), normalize, dimensions, truncate, prompt_name=prompt_name,
-                                             prompt=prompt))).value
-
-    async def ascore(self, text_1: TextOrTexts, text_2: TextOrTexts, truncate: Truncation = True, activation: bool = True) -> list[float]:
-        return (await self.arun(ScoreRequest(text_1, text_2, truncate, activation))).value
-
-    async def arerank(self, query: str, documents: Sequence[str], top_n: int | None = None, truncate: Truncation = True,
-                      activation: bool = True) -> list[tuple[int, float]]:
-        return (await self.arun(RerankRequest(query, documents, top_n, truncate, activation))).value
-
-    async def aclassify(self, texts: TextOrTexts, truncate: Truncation = True) -> list[Classification]:
-        return (await self.arun(ClassifyRequest(as_texts(texts, "texts"), truncate))).value
+    embed, aembed = _verbs(EmbedRequest)
+    embed_tokens, aembed_tokens = _verbs(TokenEmbedRequest)
+    embed_sparse, aembed_sparse = _verbs(SparseEmbedRequest)
+    score, ascore = _verbs(ScoreRequest)
+    rerank, arerank = _verbs(RerankRequest)
+    classify, aclassify = _verbs(ClassifyRequest)
 
     def tokenize(self, text: str, text_pair: str | None = None, truncate: Truncation = True) -> list[int]:
         """Token ids with special tokens; truncate=False returns every token, however long."""
-        tokenizer, cut = self._planner.tokenizer_for(truncate)
+        tokenizer, cut = self._model.tokenizer_for(truncate)
         if text_pair is None:
             return tokenizer.encode([text], cut, check_length=False)[0].ids
         return tokenizer.encode_pairs([text], [text_pair], cut)[0].ids
@@ -207,26 +186,29 @@ class Engine:
 
     # -- requests with usage and timings (what the server calls) ---------------------------------
 
-    def run(self, request: Request) -> Completion:
+    def run(self, request: Request[R]) -> Completion:
         start = time.perf_counter()
-        plan = self._planner.plan(request)
+        planned = plan(self._model, request)
         tokenized = time.perf_counter()
-        completed = self._scheduler.submit(plan.rows, plan.token_embeddings).result()
-        return self._complete(plan, completed, tokenized - start)
+        completed = self._scheduler.submit(planned.rows, planned.token_embeddings).result()
+        return self._complete(planned, completed, tokenized - start)
 
-    async def arun(self, request: Request) -> Completion:
+    async def arun(self, request: Request[R]) -> Completion:
         start = time.perf_counter()
+        loop = asyncio.get_running_loop()
         if _is_small(request):  # a thread hop costs more than tokenising a few short texts
-            plan = self._planner.plan(request)
+            planned = plan(self._model, request)
         else:
-            plan = await asyncio.get_running_loop().run_in_executor(None, self._planner.plan, request)
+            planned = await loop.run_in_executor(None, plan, self._model, request)
         tokenized = time.perf_counter()
         # cancelling the awaiting task cancels the Future, and the scheduler drops its rows
-        completed = await asyncio.wrap_future(self._scheduler.submit(plan.rows, plan.token_embeddings))
-        return self._complete(plan, completed, tokenized - start)
+        completed = await asyncio.wrap_future(self._scheduler.submit(planned.rows, planned.token_embeddings))
+        if planned.blocking_finish:
+            return await loop.run_in_executor(None, self._complete, planned, completed, tokenized - start)
+        return self._complete(planned, completed, tokenized - start)
 
-    def _complete(self, plan: Plan, completed: Completed, tokenize_seconds: float) -> Completion:
-        if plan.token_embeddings:
+    def _complete(self, planned: Plan, completed: Completed, tokenize_seconds: float) -> Completion:
+        if planned.token_embeddings:
             outputs: Any = completed.outputs
         elif completed.outputs:
             outputs = np.stack(completed.outputs)
@@ -234,7 +216,7 @@ class Engine:
             outputs = np.empty((0, self.manifest.shape.output_dim), np.float32)
         timings = Timings(tokenize_seconds, completed.queue_seconds, completed.inference_seconds)
         self.stats.add(requests=1, tokenize_seconds=timings.tokenize, queue_seconds=timings.queue, inference_seconds=timings.inference)
-        return Completion(plan.finish(outputs), sum(len(r.ids) for r in plan.rows), timings)
+        return Completion(planned.finish(outputs), sum(len(r.ids) for r in planned.rows), timings)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -10,8 +10,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from encoderrt.runtime.errors import InvalidRequest
-
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-logits))
@@ -48,21 +46,8 @@ def shape_embeddings(rows: np.ndarray, normalize: bool, dimensions: int | None) 
     return l2_normalize(rows) if normalize else rows
 
 
-def check_dimensions(dimensions: int | None, width: int) -> None:
-    if dimensions is None:
-        return
-    if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= width:
-        raise InvalidRequest(f"dimensions must be an integer from 1 to {width}, the model's embedding size; got {dimensions!r}")
-
-
 def cosine_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (l2_normalize(left) * l2_normalize(right)).sum(axis=-1)
-
-
-def check_count(name: str, value: int | None) -> None:
-    """top_n / top_k: unset, or a positive integer."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidRequest(f"{name} must be a positive integer, got {value!r}")
 
 
 def sparse_rows(rows: np.ndarray, top_k: int | None) -> list[list[tuple[int, float]]]:

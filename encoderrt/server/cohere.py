@@ -18,7 +18,8 @@ from pydantic import ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import EmbedRequest, NoLongerThan, Truncation
+from encoderrt.runtime.requests import NoLongerThan, Truncation
+from encoderrt.runtime.tasks import EmbedRequest
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.registry import ServedModel

@@ -19,8 +19,9 @@ from starlette.responses import Response
 
 from encoderrt import __version__
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.postprocess import ACTIVATIONS, check_count
-from encoderrt.runtime.requests import ClassifyRequest, ScoreRequest, as_texts
+from encoderrt.runtime.postprocess import ACTIVATIONS
+from encoderrt.runtime.requests import as_texts
+from encoderrt.runtime.tasks import ClassifyRequest, ScoreRequest, check_count
 from encoderrt.server import common, tei
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 from starlette.responses import Response
 
-from encoderrt.runtime.requests import EmbedRequest
+from encoderrt.runtime.tasks import EmbedRequest
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse

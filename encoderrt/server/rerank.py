@@ -11,7 +11,7 @@ import time
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from encoderrt.runtime.requests import RerankRequest
+from encoderrt.runtime.tasks import RerankRequest
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.schemas import NonEmpty, RequestBody

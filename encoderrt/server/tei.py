@@ -9,14 +9,14 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import (
+from encoderrt.runtime.requests import as_texts
+from encoderrt.runtime.tasks import (
     ClassifyRequest,
     EmbedRequest,
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
     TokenEmbedRequest,
-    as_texts,
 )
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute

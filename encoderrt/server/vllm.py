@@ -11,7 +11,8 @@ from pydantic import ConfigDict
 from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import ClassifyRequest, EmbedRequest, ScoreRequest, as_texts, pair_texts
+from encoderrt.runtime.requests import as_texts
+from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, ScoreRequest, pair_texts
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse

@@ -208,7 +208,7 @@ def test_a_slow_backend_is_measured_not_refused(controlled, tiny_artifacts, monk
     from encoderrt.bench import runners
     from encoderrt.runtime import Engine
     from encoderrt.runtime.errors import Overloaded
-    from encoderrt.runtime.requests import EmbedRequest
+    from encoderrt.runtime.tasks import EmbedRequest
     from encoderrt.server import ServerSettings, create_app
     from server_helpers import ready_registry, running_server
 

@@ -8,7 +8,7 @@ import torch
 from artifact_runner import cosine_rows
 from encoderrt import Engine
 from encoderrt.bench import workloads
-from encoderrt.runtime.requests import EmbedRequest
+from encoderrt.runtime.tasks import EmbedRequest
 
 LONG = " ".join(workloads.passages(30, seed=5))  # well past 256 tokens
 TEXTS = [LONG, "a short query", LONG[: len(LONG) // 3]]

@@ -1,10 +1,13 @@
 """Quantised embeddings against sentence-transformers' quantize_embeddings, the definition users compare with."""
 
+import asyncio
+
 import numpy as np
 import pytest
 from sentence_transformers.util.quantization import quantize_embeddings
 
 from encoderrt import Engine
+from encoderrt.runtime import InvalidRequest
 from encoderrt.runtime.quantization import quantize, ranges_of
 from encoderrt.runtime.texts import calibration_texts
 
@@ -18,13 +21,22 @@ def engine(tiny_artifacts):
 
 
 @pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
-def test_engine_precisions_match_sentence_transformers(engine, precision):
-    floats = engine.embed(TEXTS)
-    calibration = engine.embed(calibration_texts())
-    expected = quantize_embeddings(floats, precision=precision, calibration_embeddings=calibration)
-    got = engine.embed(TEXTS, precision=precision)
-    assert got.dtype == expected.dtype
+def test_engine_precisions_match_sentence_transformers(tiny_artifacts, precision):
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512) as engine:  # uncalibrated: the first use calibrates
+        floats = engine.embed(TEXTS)
+        calibration = engine.embed(calibration_texts())
+        expected = quantize_embeddings(floats, precision=precision, calibration_embeddings=calibration)
+        # the async verb first, so that int8 and uint8 calibrate inside it, off the event loop
+        from_async = asyncio.run(engine.aembed(TEXTS, precision=precision))
+        got = engine.embed(TEXTS, precision=precision)
+    assert got.dtype == expected.dtype == from_async.dtype
     np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(from_async, expected)
+
+
+def test_an_unknown_precision_names_the_known_ones(engine):
+    with pytest.raises(InvalidRequest, match="precision must be one of float32, int8, uint8, binary, ubinary; got 'int4'"):
+        engine.embed(TEXTS, precision="int4")
 
 
 def test_values_beyond_the_calibrated_range_clip_and_ranges_are_kept(engine):

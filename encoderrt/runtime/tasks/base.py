@@ -1,0 +1,100 @@
+"""What every request kind shares: the `Request` base (a kind plans itself), the `Plan` it returns, and the
+`ModelContext` a plan reads (the loaded model's manifest, tokenizer, prompts and limits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.prompts import resolve_prompt, with_prompt
+from encoderrt.runtime.quantization import EmbeddingQuantizer
+from encoderrt.runtime.requests import NoLongerThan, Truncation, as_texts
+from encoderrt.runtime.tokenizer import POOLING_START, TextTokenizer, Tokens
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Plan(Generic[R]):
+    """Rows to run for one request, and how to turn their outputs into the answer."""
+
+    rows: list[Tokens]
+    finish: Callable[[object], R]
+    """Gets the rows' outputs stacked, or, for token embeddings, the list of each row's [tokens, hidden] states."""
+    token_embeddings: bool = False
+    blocking_finish: bool = False
+    """`finish` may wait on other work (int8 embeddings calibrate their ranges on first use): an async caller runs
+    it off the event loop."""
+
+
+class Request(Generic[R]):
+    """A request kind: a frozen dataclass of the request's fields that knows what it means. `Engine` runs every kind
+    the same way (`plan`, then the scheduler, then `finish`) and makes its sync and async verbs from the class."""
+
+    def plan(self, model: ModelContext) -> Plan[R]:
+        """The rows to run and how to finish them; a request the model cannot serve is refused here, before any row
+        is queued."""
+        raise NotImplementedError
+
+    def texts_for_sizing(self) -> Sequence[object]:
+        """The texts it carries (anything else counts as none), so the engine can tokenise a small request on the
+        event loop rather than hop to a thread."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What a plan may know of the loaded model."""
+
+    manifest: Manifest
+    tokenizer: TextTokenizer
+    name: str
+    default_prompt_name: str | None
+    chunk_long_inputs: bool
+    max_token_embeddings: int
+    quantizer: EmbeddingQuantizer
+
+    def require(self, verb: str, *tasks: str) -> None:
+        if self.manifest.task not in tasks:
+            hint = {"embed": "use embed", "score": "use score or rerank", "classify": "use classify",
+                    "sparse": "use embed_sparse"}[self.manifest.task]
+            raise InvalidRequest(f"{verb} is not available for this {self.manifest.task} model ({self.name}); {hint}")
+
+    def tokenizer_for(self, truncate: Truncation) -> tuple[TextTokenizer, bool]:
+        """The tokenizer for a request's truncation rule, and whether it truncates."""
+        if isinstance(truncate, bool):
+            return self.tokenizer, truncate
+        refuse = isinstance(truncate, NoLongerThan)
+        length = truncate.tokens if refuse else truncate
+        limit = self.manifest.max_length
+        if isinstance(length, bool) or not isinstance(length, int) or not 2 <= length <= limit:
+            raise InvalidRequest(f"truncation length must be an integer from 2 to {limit}, the model's limit; got {length!r}")
+        return self.tokenizer.limited(length), not refuse
+
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The prefix for a request, by sentence-transformers' rule (runtime/prompts.py)."""
+        return resolve_prompt(self.manifest.prompts, self.default_prompt_name, prompt_name, prompt)
+
+    def prompted_rows(self, texts: Sequence[str], prefix: str, tokenizer: TextTokenizer, cut: bool,
+                      side: str = "right") -> list[Tokens]:
+        """Texts with their prompt in front, tokenised, truncation cutting the `side` end."""
+        if side not in ("right", "left"):
+            raise InvalidRequest(f"truncation side must be 'right' or 'left', got {side!r}")
+        return tokenizer.encode(with_prompt(as_texts(texts, "texts"), prefix), cut, side=side)
+
+    def excluded_prompt_tokens(self, prefix: str) -> int:
+        """How many leading tokens pooling skips: the prompt's, where the model leaves its prompt out of pooling."""
+        return self.tokenizer.prompt_length(prefix) if prefix and POOLING_START in self.manifest.inputs else 0
+
+    def pooled_after(self, prefix: str, rows: list[Tokens]) -> list[Tokens]:
+        start = self.excluded_prompt_tokens(prefix)
+        return [row._replace(pooling_start=start) for row in rows] if start else rows
+
+
+def check_count(name: str, value: int | None) -> None:
+    """top_n / top_k: unset, or a positive integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidRequest(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,43 @@
+"""Reranking: documents ordered by their score against one query (Cohere's and Jina's /rerank, TEI's)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.requests import Truncation, as_texts
+from encoderrt.runtime.tasks.base import ModelContext, Plan, Request, check_count
+from encoderrt.runtime.tasks.score import plan_pairs
+
+
+@dataclass(frozen=True)
+class RerankRequest(Request[list[tuple[int, float]]]):
+    """(document index, score) pairs, best first (ties by index), the top_n of them if given."""
+
+    query: str
+    documents: Sequence[str]
+    top_n: int | None = None
+    truncate: Truncation = True
+    activation: bool = True
+
+    def texts_for_sizing(self) -> Sequence[object]:
+        return [self.query, *self.documents]
+
+    def plan(self, model: ModelContext) -> Plan[list[tuple[int, float]]]:
+        if not isinstance(self.query, str):
+            raise InvalidRequest(f"query must be a string, got {type(self.query).__name__}")
+        if isinstance(self.documents, str):
+            raise InvalidRequest("documents must be a list of strings")
+        documents = as_texts(self.documents, "documents")
+        check_count("top_n", self.top_n)
+        scores = plan_pairs(model, [self.query] * len(documents), documents, self.truncate, self.activation)
+
+        def ranked(outputs: np.ndarray) -> list[tuple[int, float]]:
+            values = scores.finish(outputs)
+            order = sorted(range(len(values)), key=lambda i: (-values[i], i))
+            return [(i, values[i]) for i in order[:self.top_n]]
+
+        return Plan(scores.rows, ranked)

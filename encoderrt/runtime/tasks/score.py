@@ -1,0 +1,72 @@
+"""Scores of text pairs (vLLM's /score pairing): a cross-encoder's activated logit, or an embedding model's cosine
+similarity."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
+from encoderrt.runtime.prompts import with_prompt
+from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
+from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+
+
+@dataclass(frozen=True)
+class ScoreRequest(Request[list[float]]):
+    """One score per pair: 1:1 (two texts), 1:N (one text_1, a list text_2), N:N (equal-length lists)."""
+
+    text_1: TextOrTexts
+    text_2: TextOrTexts
+    truncate: Truncation = True
+    activation: bool = True
+    """False: raw logits, for users who calibrate scores themselves."""
+
+    def texts_for_sizing(self) -> Sequence[object]:
+        return [*([self.text_1] if isinstance(self.text_1, str) else self.text_1),
+                *([self.text_2] if isinstance(self.text_2, str) else self.text_2)]
+
+    def plan(self, model: ModelContext) -> Plan[list[float]]:
+        return plan_pairs(model, *pair_texts(self.text_1, self.text_2), self.truncate, self.activation)
+
+
+def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], truncate: Truncation,
+               activation: bool) -> Plan[list[float]]:
+    """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
+    text once and compares by cosine similarity."""
+    model.require("score", "score", "embed")
+    tokenizer, cut = model.tokenizer_for(truncate)
+    if model.manifest.task == "embed":
+        unique = list(dict.fromkeys(firsts + seconds))
+        position = {text: i for i, text in enumerate(unique)}
+        left = [position[t] for t in firsts]
+        right = [position[t] for t in seconds]
+        prefix = model.prompt()
+        rows = model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut))  # as encode() would
+        return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
+    specials = tokenizer.pair_special_tokens
+    if cut and tokenizer.max_length < specials + 2:
+        raise InvalidRequest(f"truncation length {tokenizer.max_length} leaves no room for a pair: its special tokens "
+                             f"alone take {specials}; choose at least {specials + 2}")
+    rows = tokenizer.encode_pairs(firsts, seconds, cut)
+    apply = ACTIVATIONS[model.manifest.activation] if activation else ACTIVATIONS["identity"]
+    return Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())
+
+
+def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], list[str]]:
+    """vLLM's score pairing: 1:1 (str, str), 1:N (one text_1, list text_2), N:N (equal-length lists)."""
+    firsts, seconds = as_texts(text_1, "text_1"), as_texts(text_2, "text_2")
+    if len(firsts) == 1 and not isinstance(text_2, str):
+        return firsts * len(seconds), seconds
+    if isinstance(text_2, str) and len(firsts) != 1:
+        raise InvalidRequest(
+            f"text_1 is a list of {len(firsts)} texts but text_2 is a single text: "
+            "give text_2 as a list of the same length (N:N) or a single text_1 (1:N)"
+        )
+    if len(firsts) != len(seconds):
+        raise InvalidRequest(
+            f"text_1 has {len(firsts)} texts and text_2 has {len(seconds)}: "
+            "pairwise scoring (N:N) needs equal lengths, or give one text_1 for many text_2 (1:N)"
+        )
+    return firsts, seconds
