@@ -8,19 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import read_manifest, sha256_file
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 
-def run_artifact(artifact: Path, texts=None, pairs=None, drop: str | None = None) -> np.ndarray:
+def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bool = False) -> np.ndarray:
     manifest = read_manifest(artifact)
     tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
     encodings = tokenizer.encode_pairs(*zip(*pairs)) if pairs is not None else tokenizer.encode(texts)
-    feeds = tokenizer.pad(encodings)
-    if drop:  # what a serving stack that forgets an input would compute
-        feeds[drop] = np.zeros_like(feeds[drop])
-    return load_backend(manifest, artifact).run(feeds)
+    if drop_token_type_ids:  # what a serving stack that forgets the segment ids would compute
+        encodings = [row._replace(type_ids=[0] * len(row.ids)) for row in encodings]
+    return load_backend(manifest, artifact).run(Batch(encodings, tokenizer.pad)).pooled
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -21,24 +21,25 @@ class ControlledBackend:
         self.max_batch_tokens = inner.max_batch_tokens
         self.parallel_runs = 1  # one batch at a time, so a test holds exactly the batch it gates
         self.execution = inner.execution
+        self.capabilities = inner.capabilities
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()
         self.fail_next = False
         self.batches: list[tuple[int, int]] = []
 
-    def run(self, feeds):
+    def run(self, batch):
         if self.seconds_per_token:
-            time.sleep(float(feeds["attention_mask"].sum()) * self.seconds_per_token)
+            time.sleep(batch.real_tokens * self.seconds_per_token)
         if not threading.current_thread().name.startswith("encoderrt-batcher"):
-            return self.inner.run(feeds)  # Engine.load's own runs (graph check, throughput measurement) are no batch
-        self.batches.append(feeds["input_ids"].shape)
+            return self.inner.run(batch)  # Engine.load's own runs (graph check, throughput measurement) are no batch
+        self.batches.append((len(batch.rows), batch.width))
         self.entered.set()
         assert self.gate.wait(30), "test gate never opened"
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("simulated device fault")
-        return self.inner.run(feeds)
+        return self.inner.run(batch)
 
 
 @pytest.fixture

@@ -96,6 +96,7 @@ def _openvino_gemm(k: int, n: int, precision: str, threads: int, seconds: float)
     import openvino as ov
     import openvino.opset13 as ops
 
+    from encoderrt.runtime.backends.base import Batch
     from encoderrt.runtime.backends.openvino import OpenVinoBackend
     from encoderrt.runtime.throughput import pass_seconds
 
@@ -114,7 +115,7 @@ def _openvino_gemm(k: int, n: int, precision: str, threads: int, seconds: float)
     compiled = ov.Core().compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_NUM_THREADS": threads,
                                                        "INFERENCE_PRECISION_HINT": "f32" if precision == "fp32" else "bf16"})
     backend = OpenVinoBackend(compiled, ("a",), "gemm")
-    feeds = [{"a": rng.standard_normal((ROWS, k), dtype=np.float32)}] * (4 * backend.parallel_runs)
+    feeds = [Batch((), padded={"a": rng.standard_normal((ROWS, k), dtype=np.float32)})] * (4 * backend.parallel_runs)
     pass_seconds(backend, feeds)
     best, deadline = float("inf"), time.perf_counter() + seconds
     while time.perf_counter() < deadline:

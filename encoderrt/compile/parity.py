@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
@@ -174,8 +174,8 @@ def engine_outputs(
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
         encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
-    batched = backend.run(tokenizer.pad(encodings))
-    single = np.concatenate([backend.run(tokenizer.pad([e])) for e in encodings])
+    batched = backend.run(Batch(encodings, tokenizer.pad)).pooled
+    single = np.concatenate([backend.run(Batch([e], tokenizer.pad)).pooled for e in encodings])
     return batched.astype(np.float32), single.astype(np.float32)
 
 

@@ -21,8 +21,9 @@ from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.parity import Probes, artifact_tokenizer
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.backends.base import Batch
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.throughput import Feeds, length_sorted_batches, pass_seconds, real_tokens
+from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
 
 PRECISIONS = {**cpu.PRECISIONS, "openvino": openvino.PRECISIONS, "tensorrt": tensorrt.PRECISIONS}
 """What each target can build, as its builder declares it."""
@@ -72,7 +73,7 @@ def plan(options: CompileOptions) -> list[Candidate]:
     return [Candidate(t, precision) for t in able]
 
 
-def measurement_batches(manifest: Manifest, folder: Path, probes: Probes) -> list[Feeds]:
+def measurement_batches(manifest: Manifest, folder: Path, probes: Probes) -> list[Batch]:
     tokenizer = artifact_tokenizer(manifest, folder)
     rows = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else tokenizer.encode(probes.texts)
     return length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.manifest import ManifestError
-from encoderrt.runtime.scheduler import Padder
-from encoderrt.runtime.throughput import Feeds, pass_seconds
+from encoderrt.runtime.throughput import pass_seconds
 from encoderrt.runtime.tokenizer import Tokens
 
 CANDIDATE_BUDGETS = (256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -46,7 +46,7 @@ def calibrate(backend: Backend, pad: Padder, max_length: int, vocab_size: int, l
     """Budgets past the backend's own limit (an engine's profiles) are not tried."""
     limit = backend.max_batch_tokens
     candidates = [b for b in CANDIDATE_BUDGETS if limit is None or b <= limit] or [limit]
-    batches: dict[int, list[Feeds]] = {}
+    batches: dict[int, list[Batch]] = {}
     timed: dict[int, list[tuple[float, float]]] = {}
     for budget in candidates:  # the first round finds the budgets under the latency cap
         if budget < max_length and timed:
@@ -74,16 +74,16 @@ def measure_budget(backend: Backend, pad: Padder, budget: int, max_length: int, 
     return Calibration(budget, (measurement,), measurement[1])
 
 
-def _batches(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> list[Feeds]:
+def _batches(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> list[Batch]:
     """One batch per stream of passage-length rows filling `budget`."""
     length = min(ROW_LENGTH, max_length)
     rng = np.random.default_rng(0)
     low = min(100, vocab_size // 2)  # past a vocabulary's special tokens, and inside even a tiny one
     ids = [1] + rng.integers(low, vocab_size, size=length - 2).tolist() + [2]
-    return [pad([Tokens(ids, [0] * length)] * max(1, budget // length))] * max(1, backend.parallel_runs)
+    return [Batch([Tokens(ids, [0] * length)] * max(1, budget // length), pad)] * max(1, backend.parallel_runs)
 
 
-def _measure(backend: Backend, batches: list[Feeds], warm: bool) -> tuple[float, float]:
+def _measure(backend: Backend, batches: list[Batch], warm: bool) -> tuple[float, float]:
     """(tokens per second, batch latency in ms) of whole passes over `batches` for ROUND_SECONDS; `warm`: one pass
     first (the first run of a shape allocates)."""
     if warm:
@@ -92,7 +92,7 @@ def _measure(backend: Backend, batches: list[Feeds], warm: bool) -> tuple[float,
     while passes == 0 or elapsed < ROUND_SECONDS:
         seconds = pass_seconds(backend, batches)
         passes, elapsed, fastest = passes + 1, elapsed + seconds, min(fastest, seconds)
-    tokens = sum(feeds["input_ids"].size for feeds in batches)  # rows of one length: no padding
+    tokens = sum(batch.real_tokens for batch in batches)  # rows of one length: no padding
     return passes * tokens / elapsed, fastest * 1000
 
 
@@ -106,7 +106,7 @@ def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int,
     positions than the graph's table, or another output width, is refused at load rather than failing requests."""
     ids = [1] + [min(100, vocab_size - 1)] * (max_length - 2) + [2]
     try:
-        outputs = backend.run(pad([Tokens(ids, [0] * max_length)]))
+        outputs = backend.run(Batch([Tokens(ids, [0] * max_length)], pad)).pooled
     except Exception as exc:  # noqa: BLE001 - whatever the backend says, the artifact is inconsistent
         raise ManifestError(f"the graph cannot run the manifest's max_length of {max_length} tokens "
                             f"({type(exc).__name__}): the manifest does not match its graph") from None

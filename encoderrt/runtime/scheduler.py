@@ -5,8 +5,8 @@ stream of a backend that runs several batches at once)
 form batches under a padded-token budget (waiting up to max_wait for company only while
 requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
 similar length run together, and always running the batch that holds the oldest row so that
-nothing starves. A batch that is the only work (nothing else running or waiting) runs through the
-backend's `run_alone` where it has one, on every core, and no other batch starts until it ends; but only
+nothing starves. A batch that is the only work (nothing else running or waiting) is marked to run alone, on every
+core, where the backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only
 while work seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a
 lone run is capacity lost under load. Identical rows are computed once, whoever asked for them. A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
@@ -19,7 +19,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
@@ -27,13 +27,13 @@ import numpy as np
 
 from encoderrt.runtime.admission import Admission
 from encoderrt.runtime.backends import Backend
+from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
 
 log = logging.getLogger("encoderrt.runtime")
 
-Padder = Callable[[Sequence[Tokens]], dict[str, np.ndarray]]
 ALONE_WHILE_COMPANY_BELOW = 0.3
 """A batch that starts with the engine idle runs alone while fewer than this share of such batches (smoothed) saw
 new work arrive before they ended. Single queries, bf16 MiniLM, 2-core EPYC, open loop: running every such batch
@@ -105,7 +105,7 @@ class _Row:
 
 
 def _wants_token_states(rows: Sequence[_Row]) -> bool:
-    """A caller of some row wants token states (the backend's run_with_tokens; run_alone returns pooled outputs)."""
+    """A caller of some row wants token states (such a batch runs on a stream, never alone)."""
     return any(ticket.token_states for row in rows for ticket, _ in row.consumers)
 
 
@@ -148,7 +148,7 @@ class Scheduler:
             thread.start()
 
     def submit(self, rows: Sequence[Tokens], token_states: bool = False) -> Future[Completed]:
-        """`token_states`: deliver each row's token states (the backend's run_with_tokens) instead of its output."""
+        """`token_states`: deliver each row's token states instead of its output."""
         ticket = _Ticket(len(rows), token_states)
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
@@ -197,12 +197,11 @@ class Scheduler:
                 thread.join(timeout)
 
     def _loop(self, backend: Backend) -> None:
-        run_alone = getattr(backend, "run_alone", None)
-        while (taken := self._next_batch(run_alone is not None)) is not None:
+        while (taken := self._next_batch(backend.capabilities.runs_alone)) is not None:
             batch, alone, idle_since = taken
             ended = None
             try:
-                ended = self._run(backend, batch, run_alone if alone else None)
+                ended = self._run(backend, batch, alone)
             finally:
                 with self._cond:
                     self._in_flight -= 1
@@ -272,7 +271,7 @@ class Scheduler:
         row = self._rows.pop(key)
         self._pending_tokens -= len(row.tokens.ids)
 
-    def _run(self, backend: Backend, rows: list[_Row], run_alone: Callable[[dict[str, np.ndarray]], np.ndarray] | None) -> int:
+    def _run(self, backend: Backend, rows: list[_Row], alone: bool) -> int:
         """Run and deliver a batch; returns the submissions counted when it ended, before its callers heard (their
         next requests are no company it kept waiting)."""
         started = time.perf_counter()
@@ -280,15 +279,9 @@ class Scheduler:
             for ticket, _ in row.consumers:
                 if ticket.started is None:
                     ticket.started = started
-        tokens = [row.tokens for row in rows]
-        width = max(len(t.ids) for t in tokens)
-        with_tokens = _wants_token_states(rows)
+        batch = Batch([row.tokens for row in rows], self._pad, token_states=_wants_token_states(rows), alone=alone)
         try:
-            feeds = self._pad(tokens)
-            if with_tokens:
-                outputs, states = backend.run_with_tokens(feeds)
-            else:
-                outputs, states = (run_alone or backend.run)(feeds), None
+            result = backend.run(batch)
         except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
             self._stats.add(failed_batches=1)
             # the backend's own message names its internals: it goes to the log, the caller gets ours
@@ -300,10 +293,12 @@ class Scheduler:
                     _settle(ticket.future, error=error)
             return self._submissions
         ended = self._submissions
-        real_tokens = sum(len(t.ids) for t in tokens)
-        self.admission.observe(real_tokens, len(rows) * width, time.perf_counter(), more_queued=bool(self._rows))
-        self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=len(rows) * width)
-        for i, (row, output) in enumerate(zip(rows, outputs)):
+        real_tokens = batch.real_tokens
+        computed = real_tokens if backend.capabilities.packed_input else batch.padded_tokens  # a packed run pads nothing
+        self.admission.observe(real_tokens, batch.padded_tokens, time.perf_counter(), more_queued=bool(self._rows))
+        self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=computed)
+        states = result.token_states
+        for i, (row, output) in enumerate(zip(rows, result.pooled)):
             for ticket, index in row.consumers:
                 # a row's own tokens only: the padding's states are not the caller's
                 ticket.deliver(index, states[i, : len(row.tokens.ids)].copy() if ticket.token_states else output)

@@ -12,33 +12,31 @@ import threading
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from encoderrt.runtime.backends import Backend
-from encoderrt.runtime.scheduler import Padder
+from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.tokenizer import Tokens
 
-Feeds = dict[str, np.ndarray]
 
-
-def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Feeds]:
-    """The rows sorted by length and cut into padded batches of at most `budget` tokens, as the scheduler
-    forms them from a deep queue."""
+def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Batch]:
+    """The rows sorted by length and cut into batches of at most `budget` padded tokens, as the scheduler
+    forms them from a deep queue (each batch made ready in its backend's layout before any timing)."""
     ordered = sorted(rows, key=lambda r: len(r.ids))
     batches, start = [], 0
     for end in range(1, len(ordered) + 1):
         if end == len(ordered) or (end - start + 1) * len(ordered[end].ids) > budget:
-            batches.append(pad(ordered[start:end]))
+            batches.append(Batch(ordered[start:end], pad))
             start = end
     return batches
 
 
-def real_tokens(batches: Sequence[Feeds]) -> int:
-    return int(sum(int(feeds["attention_mask"].sum()) for feeds in batches))
+def real_tokens(batches: Sequence[Batch]) -> int:
+    return sum(batch.real_tokens for batch in batches)
 
 
-def pass_seconds(backend: Backend, batches: Sequence[Feeds]) -> float:
+def pass_seconds(backend: Backend, batches: Sequence[Batch]) -> float:
     """Wall time of one pass over `batches`, `backend.parallel_runs` of them running at a time."""
+    for batch in batches:  # the layout is made outside the timing, as the scheduler's threads make it outside a run
+        batch.ready(backend.capabilities)
     order = itertools.count()  # next() on a count is atomic: each batch is taken once
     errors: list[BaseException] = []
 
@@ -61,7 +59,7 @@ def pass_seconds(backend: Backend, batches: Sequence[Feeds]) -> float:
     return time.perf_counter() - start
 
 
-def tokens_per_second(backend: Backend, batches: Sequence[Feeds], rounds: int = 3) -> float:
+def tokens_per_second(backend: Backend, batches: Sequence[Batch], rounds: int = 3) -> float:
     """Best of `rounds` passes after one warm-up pass (the first run of each shape allocates)."""
     pass_seconds(backend, batches)
     return real_tokens(batches) / min(pass_seconds(backend, batches) for _ in range(rounds))

@@ -31,7 +31,7 @@ def test_cross_encoder_logits_match_sentence_transformers(name, tiny_models, tin
 def test_bert_cross_encoder_needs_token_type_ids(tiny_artifacts):
     """Dropping segment ids (a common serving bug) must visibly change scores for this model."""
     wired = run_artifact(tiny_artifacts["bert-cross-encoder"], pairs=PAIRS)
-    dropped = run_artifact(tiny_artifacts["bert-cross-encoder"], pairs=PAIRS, drop="token_type_ids")
+    dropped = run_artifact(tiny_artifacts["bert-cross-encoder"], pairs=PAIRS, drop_token_type_ids=True)
     assert np.abs(wired - dropped).max() > 1e-2
 
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from artifact_runner import run_artifact, tensorrt_graph_artifact
-from encoderrt.runtime.backends import BackendUnavailable, load_backend
+from encoderrt.runtime.backends import BackendUnavailable, Batch, load_backend
 from encoderrt.runtime.engine_record import EngineRecord, PackedShapes
 from encoderrt.runtime.manifest import read_manifest
-from encoderrt.runtime.packing import pack_feeds
+from encoderrt.runtime.tokenizer import Tokens
 
 PAIRS = [("the quick fox", "the lazy dog"), ("café", "résumé naïve"), ("x", " ".join(["fox"] * 80)), ("a", "b")]
 TEXTS = ["hello", "the quick brown fox jumps over the lazy dog " * 8, "café naïve", "x"]
@@ -35,7 +35,7 @@ def test_packed_cross_encoders_match_cross_encoder(name, tiny_models, tiny_artif
     reference = CrossEncoder(str(tiny_models[name]), device="cpu", max_length=64).predict(PAIRS, activation_fn=torch.nn.Identity())
     np.testing.assert_allclose(run_artifact(artifact, pairs=PAIRS)[:, 0], reference, atol=1e-4)
     if name == "bert-cross-encoder":  # the segment ids reach the packed graph: zeroing them changes the scores
-        dropped = run_artifact(artifact, pairs=PAIRS, drop="token_type_ids")[:, 0]
+        dropped = run_artifact(artifact, pairs=PAIRS, drop_token_type_ids=True)[:, 0]
         assert np.abs(dropped - reference).max() > 1e-3
 
 
@@ -75,17 +75,19 @@ def test_packed_mean_pooling_matches_transformers(tiny_models, tiny_artifacts, t
     np.testing.assert_allclose(run_artifact(artifact, texts=TEXTS), expected, atol=1e-4)
 
 
-def test_pack_feeds_by_hand():
-    feeds = {
-        "input_ids": np.array([[101, 7, 8, 102], [101, 9, 102, 0], [101, 102, 0, 0]]),
-        "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]]),
-        "token_type_ids": np.array([[0, 0, 1, 1], [0, 1, 1, 0], [0, 0, 0, 0]]),
-    }
-    packed = pack_feeds(feeds)
+def test_a_batch_packs_its_rows_by_hand_without_padding_them():
+    rows = [Tokens([101, 7, 8, 102], [0, 0, 1, 1]), Tokens([101, 9, 102], [0, 1, 1]), Tokens([101, 102], [0, 0])]
+
+    def refuse_to_pad(rows):
+        raise AssertionError("a packed run must not pad")
+
+    batch = Batch(rows, refuse_to_pad)
+    packed = batch.packed()
     assert packed["input_ids"].tolist() == [101, 7, 8, 102, 101, 9, 102, 101, 102]
     assert packed["token_type_ids"].tolist() == [0, 0, 1, 1, 0, 1, 1, 0, 0]
     assert packed["cu_seqlens"].tolist() == [0, 4, 7, 9] and packed["cu_seqlens"].dtype == np.int32
-    assert set(pack_feeds({k: v for k, v in feeds.items() if k != "token_type_ids"})) == {"input_ids", "cu_seqlens"}
+    assert (batch.real_tokens, batch.padded_tokens) == (9, 12)
+    assert [len(part.rows) for part in batch.split(2)] == [2, 1]
 
 
 def test_numpy_plugin_matches_torch_reference():

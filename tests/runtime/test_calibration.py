@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from encoderrt.runtime.backends import Capabilities, Outputs
 from encoderrt.runtime.calibration import calibrate
 from encoderrt.runtime.tokenizer import Tokens
 
@@ -21,14 +22,16 @@ class CostModel:
         self.running = self.most_at_once = 0
         self.lock = threading.Lock()
 
-    def run(self, feeds):
+    capabilities = Capabilities()
+
+    def run(self, batch):
         with self.lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
-        time.sleep(self.fixed + self.per_token * feeds["input_ids"].size)
+        time.sleep(self.fixed + self.per_token * batch.padded_tokens)
         with self.lock:
             self.running -= 1
-        return np.zeros((len(feeds["input_ids"]), 4), dtype=np.float32)
+        return Outputs(np.zeros((len(batch.rows), 4), dtype=np.float32))
 
 
 def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:

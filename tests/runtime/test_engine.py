@@ -344,20 +344,23 @@ def test_token_id_input(minilm_engine):
 @pytest.mark.parametrize("vocab_size", [30522, 99])
 def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
     """A 99-token vocabulary (the tiny Unigram checkpoints) once got id 100, and Engine.load failed in the backend."""
+    from encoderrt.runtime.backends import Capabilities, Outputs
     from encoderrt.runtime.calibration import calibrate
     from encoderrt.runtime.tokenizer import Tokens
 
     class Recording:
         max_batch_tokens = None
         parallel_runs = 1
+        capabilities = Capabilities()
 
         def __init__(self):
             self.fed: list[np.ndarray] = []
 
-        def run(self, feeds):
-            if not self.fed or feeds["input_ids"] is not self.fed[-1]:  # each batch once, not each of its timed runs
-                self.fed.append(feeds["input_ids"])
-            return np.zeros((len(feeds["input_ids"]), 4), dtype=np.float32)
+        def run(self, batch):
+            ids = batch.padded()["input_ids"]
+            if not self.fed or ids is not self.fed[-1]:  # each batch once, not each of its timed runs
+                self.fed.append(ids)
+            return Outputs(np.zeros((len(batch.rows), 4), dtype=np.float32))
 
     def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:
         return {"input_ids": np.array([row.ids for row in rows])}

@@ -26,20 +26,21 @@ def test_a_cold_server_answers_its_first_concurrent_requests(tiny_models, compil
 
 
 def test_a_lone_batch_runs_on_every_thread_and_gives_the_streams_answer(tiny_models, compile_artifact, tmp_path):
-    """With more than one stream the backend has run_alone: one stream over all threads, for a batch that is the
-    only work. It must give what the streams give (fp32: the same numbers up to summation order)."""
+    """With more than one stream the backend runs lone batches on one stream over all threads, for a batch that is
+    the only work. It must give what the streams give (fp32: the same numbers up to summation order)."""
     import numpy as np
 
-    from encoderrt.runtime.backends import BackendOptions, load_backend
+    from encoderrt.runtime.backends import BackendOptions, Batch, load_backend
     from encoderrt.runtime.manifest import read_manifest
     from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
     artifact = compile_artifact(tiny_models["st-cls"], tmp_path / "ov", target="openvino", precision="fp32").path
     manifest = read_manifest(artifact)
     tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
-    feeds = tokenizer.pad(tokenizer.encode(workloads.passages(5, seed=9)))
+    rows = tokenizer.encode(workloads.passages(5, seed=9))
     split = load_backend(manifest, artifact, BackendOptions(2))
-    assert split.parallel_runs == 2 and "a lone batch on all 2" in split.execution
-    np.testing.assert_allclose(split.run_alone(feeds), split.run(feeds), atol=1e-5)
+    assert split.parallel_runs == 2 and "a lone batch on all 2" in split.execution and split.capabilities.runs_alone
+    np.testing.assert_allclose(split.run(Batch(rows, tokenizer.pad, alone=True)).pooled,
+                               split.run(Batch(rows, tokenizer.pad)).pooled, atol=1e-5)
     single = load_backend(manifest, artifact, BackendOptions(1))  # one thread, one stream: nothing to gain
-    assert single.parallel_runs == 1 and not hasattr(single, "run_alone")
+    assert single.parallel_runs == 1 and not single.capabilities.runs_alone

@@ -2,14 +2,17 @@
 
 import queue
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from encoderrt import Engine
 from encoderrt.runtime import engine as engine_module
+from encoderrt.runtime.backends import Batch
 from encoderrt.runtime.errors import InferenceFailed
 from encoderrt.runtime.throughput import pass_seconds
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
 
 
 class TwoStreams:
@@ -18,12 +21,12 @@ class TwoStreams:
     def __init__(self, inner):
         self.inner = inner
         self.input_names, self.max_batch_tokens = inner.input_names, inner.max_batch_tokens
-        self.parallel_runs, self.execution = 2, "two streams"
+        self.parallel_runs, self.execution, self.capabilities = 2, "two streams", inner.capabilities
         self.in_flight = self.most_in_flight = 0
         self.changed = threading.Condition()
         self.fail = False
 
-    def run(self, feeds):
+    def run(self, batch):
         with self.changed:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -32,7 +35,7 @@ class TwoStreams:
         try:
             if self.fail:
                 raise RuntimeError("simulated stream fault")
-            return self.inner.run(feeds)
+            return self.inner.run(batch)
         finally:
             with self.changed:
                 self.in_flight -= 1
@@ -46,7 +49,8 @@ def test_the_scheduler_keeps_parallel_runs_batches_in_flight(tiny_artifacts, mon
         assert engine.info.parallel_runs == 2 and engine.info.execution == "two streams"
         texts = [f"text number {i} " * (1 + i % 5) for i in range(40)]  # more rows than one 64-token batch holds
         embeddings = engine.embed(texts)
-        expected = np.concatenate([made[0].inner.run(engine._tokenizer.pad(engine._tokenizer.encode([t]))) for t in texts])
+        expected = np.concatenate([made[0].inner.run(Batch(engine._tokenizer.encode([t]), engine._tokenizer.pad)).pooled
+                                   for t in texts])
     assert made[0].most_in_flight == 2
     np.testing.assert_allclose(embeddings, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
 
@@ -56,22 +60,24 @@ def test_raw_timing_runs_streams_together_and_reraises_failures(tiny_artifacts):
     from encoderrt.runtime.manifest import read_manifest
 
     backend = TwoStreams(load_backend(read_manifest(tiny_artifacts["st-cls"]), tiny_artifacts["st-cls"]))
-    feeds = {"input_ids": np.full((2, 4), 5), "attention_mask": np.ones((2, 4), dtype=np.int64),
-             "token_type_ids": np.zeros((2, 4), dtype=np.int64)}
-    assert pass_seconds(backend, [feeds] * 4) > 0 and backend.most_in_flight == 2
+    rows = [Tokens([5] * 4, [0] * 4)] * 2
+    tokenizer = TextTokenizer(tiny_artifacts["st-cls"] / TOKENIZER_FILE, 64, 0, backend.input_names)
+    assert pass_seconds(backend, [Batch(rows, tokenizer.pad)] * 4) > 0 and backend.most_in_flight == 2
     backend.fail = True
     with pytest.raises(RuntimeError, match="simulated stream fault"):
-        pass_seconds(backend, [feeds] * 4)
+        pass_seconds(backend, [Batch(rows, tokenizer.pad)] * 4)
 
 
 class LoneRuns:
-    """Two streams and a run_alone over a real backend. Records how each batch ran and how many runs were in flight
+    """Two streams and lone batches on every core over a real backend. Records how each batch ran and how many runs
+    were in flight
     with it; while `holding`, each batch waits until the test takes its release from `held` and sets it."""
 
     def __init__(self, inner):
         self.inner = inner
         self.input_names, self.max_batch_tokens = inner.input_names, inner.max_batch_tokens
         self.parallel_runs, self.execution = 2, "two streams, lone batches on both cores"
+        self.capabilities = replace(inner.capabilities, runs_alone=True)
         self.ran: list[tuple[str, int]] = []
         self.in_flight = 0
         self.lock = threading.Lock()
@@ -79,7 +85,7 @@ class LoneRuns:
         self.held: queue.Queue[threading.Event] = queue.Queue()
         self.fail_alone = False
 
-    def _held(self, how, feeds):
+    def _held(self, how, batch):
         with self.lock:
             self.in_flight += 1
             self.ran.append((how, self.in_flight))
@@ -88,19 +94,18 @@ class LoneRuns:
             self.held.put(release)
             assert release.wait(30), "the test never released this batch"
         try:
-            return self.inner.run(feeds)
+            return self.inner.run(batch)
         finally:
             with self.lock:
                 self.in_flight -= 1
 
-    def run(self, feeds):
-        return self._held("stream", feeds)
-
-    def run_alone(self, feeds):
+    def run(self, batch):
+        if not batch.alone:
+            return self._held("stream", batch)
         if self.fail_alone:
             self.fail_alone = False
             raise RuntimeError("simulated fault on every core")
-        return self._held("alone", feeds)
+        return self._held("alone", batch)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Backends, one module per target; the manifest's `target` picks one.
 
 A module here that defines `TARGET` and `create(manifest, artifact_dir, options)` is found by
-`load_backend`, so adding a backend means adding one file. `LAYOUTS` names the graph layouts it
+`load_backend`, so adding a backend means adding one file; what it returns implements base.py's `Backend`. `LAYOUTS` names the graph layouts it
 runs (runtime/manifest.py); without it, padded only.
 """
 
@@ -13,10 +13,10 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from encoderrt.runtime.backends.base import Backend, BackendOptions, BackendUnavailable
+from encoderrt.runtime.backends.base import Backend, BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
 from encoderrt.runtime.manifest import Manifest
 
-__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "load_backend"]
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Outputs", "load_backend"]
 
 
 @cache

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
+from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.packing import PACKED_ATTENTION_DOMAIN, PACKED_ATTENTION_OP, pack_feeds
+from encoderrt.runtime.packing import PACKED_ATTENTION_DOMAIN, PACKED_ATTENTION_OP
 
 TARGET = "onnx-reference"
 LAYOUTS = ("padded", "packed")
@@ -58,10 +58,12 @@ class OnnxReferenceBackend:
         self.max_batch_tokens = None
         self.parallel_runs = 1
         self.execution = "onnx reference evaluator (numpy)"
-        self._packed = packed
+        self.capabilities = Capabilities(packed_input=packed)
+        self._graph_inputs = set(self._session.input_names)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self._session.run(None, pack_feeds(feeds) if self._packed else feeds)[0]
+    def run(self, batch: Batch) -> Outputs:
+        feeds = batch.packed() if self.capabilities.packed_input else batch.padded()
+        return Outputs(self._session.run(None, {name: feeds[name] for name in self._graph_inputs})[0])
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OnnxReferenceBackend:

@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
+from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
 
 TARGET = "cpu"
@@ -30,13 +28,13 @@ class OnnxRuntimeBackend:
         self.max_batch_tokens = None
         self.parallel_runs = 1
         self.execution = f"onnxruntime {', '.join(session.get_providers())}"
+        self.capabilities = Capabilities(token_states=TOKEN_EMBEDDINGS in {o.name for o in session.get_outputs()})
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self._session.run([self._output], feeds)[0]
-
-    def run_with_tokens(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        pooled, tokens = self._session.run([self._output, TOKEN_EMBEDDINGS], feeds)
-        return pooled, tokens
+    def run(self, batch: Batch) -> Outputs:
+        if batch.token_states:
+            pooled, states = self._session.run([self._output, TOKEN_EMBEDDINGS], batch.padded())
+            return Outputs(pooled, states)
+        return Outputs(self._session.run([self._output], batch.padded())[0])
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OnnxRuntimeBackend:

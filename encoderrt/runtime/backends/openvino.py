@@ -9,7 +9,7 @@ Throughput comes from streams, not threads: on 2 cores two single-threaded strea
 its own batch, measured 1.25-1.7x one stream with two threads (all-MiniLM-L6-v2, bf16, AMX), since
 a small model's ops are too short to split across cores without waiting on each other. So the
 backend holds one infer request per stream and reports them as `parallel_runs`. A lone batch would then
-get one core of two: `run_alone` runs it on a second compilation with one stream over every thread
+get one core of two: a batch marked `alone` runs on a second compilation with one stream over every thread
 (PERFORMANCE_HINT LATENCY). One short query took 3.8-5.2 ms there against 6.0-6.8 ms on one stream
 (bf16 MiniLM, 2-core EPYC; int8 2.9-3.3 against 4.6-4.9), and the streams' throughput did not change.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
+from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
 
 TARGET = "openvino"
@@ -65,7 +65,7 @@ def execution_precision(precision: str, bf16: bool) -> str:
 
 class OpenVinoBackend:
     def __init__(self, compiled: Any, input_names: tuple[str, ...], execution: str, alone: Any = None):
-        """`alone`: the model compiled for one stream over every thread, for run_alone (None: no run_alone)."""
+        """`alone`: the model compiled for one stream over every thread, for lone batches (None: they run on a stream)."""
         declared = {name for port in compiled.inputs for name in port.get_names()}
         if not set(input_names) <= declared:
             raise ValueError(f"the OpenVINO model takes inputs {sorted(declared)}, the manifest says {input_names}")
@@ -75,25 +75,21 @@ class OpenVinoBackend:
         self.execution = execution
         warm_up = _warm_up_feeds(compiled)
         self._idle = _warmed_requests(compiled, self.parallel_runs, warm_up)
-        if alone is not None:
-            self._alone = _warmed_requests(alone, 1, warm_up)
-            self.run_alone = self._run_alone
+        self._alone = _warmed_requests(alone, 1, warm_up) if alone is not None else None
+        outputs = {name for port in compiled.outputs for name in port.get_names()}
+        self.capabilities = Capabilities(runs_alone=alone is not None, token_states=TOKEN_EMBEDDINGS in outputs)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self._infer(feeds, (0,))[0]
-
-    def run_with_tokens(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        pooled, tokens = self._infer(feeds, (0, TOKEN_EMBEDDINGS))
-        return pooled, tokens
-
-    def _run_alone(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return self._infer(feeds, (0,), self._alone)[0]
+    def run(self, batch: Batch) -> Outputs:
+        requests = self._alone if batch.alone and self._alone is not None else self._idle
+        if batch.token_states:
+            pooled, states = self._infer(batch.padded(), (0, TOKEN_EMBEDDINGS), requests)
+            return Outputs(pooled, states)
+        return Outputs(self._infer(batch.padded(), (0,), requests)[0])
 
     def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[int | str, ...],
-               requests: queue.SimpleQueue[Any] | None = None) -> list[np.ndarray]:
-        """Run on a request from `requests` (the streams' by default)."""
-        requests = requests or self._idle
-        request = requests.get()  # never waits while callers respect parallel_runs (and run_alone's one at a time)
+               requests: queue.SimpleQueue[Any]) -> list[np.ndarray]:
+        """Run on a request from `requests` (a stream's, or the lone compilation's)."""
+        request = requests.get()  # never waits while callers respect parallel_runs (and lone batches one at a time)
         try:
             # inputs are read in place; only the outputs asked for are copied out, before the request is reused
             results = request.infer(feeds, share_inputs=True, share_outputs=True)

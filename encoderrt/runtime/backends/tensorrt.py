@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable
+from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
 from encoderrt.runtime.engine_record import EngineRecord, check_engine_compatibility, pick_profile
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.packing import pack_feeds, packed_input_names
+from encoderrt.runtime.packing import packed_input_names
 
 TARGET = "tensorrt"
 LAYOUTS = ("padded", "packed")
@@ -73,6 +73,7 @@ class TensorRTBackend:
         self.input_names = manifest.inputs
         self.max_batch_tokens = record.max_batch_tokens
         self.parallel_runs = 1
+        self.capabilities = Capabilities(packed_input=record.packed is not None)
         self.execution = f"TensorRT {record.tensorrt_version} {record.precision} on compute capability {record.compute_capability}"
         self._record = record
         self._graph_inputs = packed_input_names("token_type_ids" in manifest.inputs) if record.packed else manifest.inputs
@@ -98,14 +99,12 @@ class TensorRTBackend:
         self._out_host = _cuda_check(cudart.cudaMallocHost(output_bytes))
         self._out_device = _cuda_check(cudart.cudaMalloc(output_bytes))
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        rows, width = feeds["input_ids"].shape
+    def run(self, batch: Batch) -> Outputs:
         if not self._record.packed:
-            return self._execute(self._contexts[pick_profile(self._record.profiles, rows, width)], feeds)
-        step = self._record.packed.max_sequences
-        parts = [self._execute(self._contexts[0], pack_feeds({name: array[start : start + step] for name, array in feeds.items()}))
-                 for start in range(0, rows, step)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            profile = pick_profile(self._record.profiles, len(batch.rows), batch.width)
+            return Outputs(self._execute(self._contexts[profile], batch.padded()))
+        parts = [self._execute(self._contexts[0], part.packed()) for part in batch.split(self._record.packed.max_sequences)]
+        return Outputs(parts[0] if len(parts) == 1 else np.concatenate(parts))
 
     def _execute(self, context, arrays: dict[str, np.ndarray]) -> np.ndarray:
         cudart = self._cudart
