@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,23 @@ from encoderrt.runtime.manifest import read_manifest, sha256_file
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 
-def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bool = False) -> np.ndarray:
+@lru_cache(maxsize=4)
+def _loaded(artifact: Path, files: tuple[tuple[str, int], ...]):
+    """The artifact's tokenizer and backend, loaded once while its files stay as they are (`files`: names and
+    modification times): a test running an artifact row by row would otherwise load it for every row (an OpenVINO
+    backend compiles its model at each load)."""
     manifest = read_manifest(artifact)
     tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    return tokenizer, load_backend(manifest, artifact)
+
+
+def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bool = False) -> np.ndarray:
+    artifact = Path(artifact)
+    tokenizer, backend = _loaded(artifact, tuple(sorted((p.name, p.stat().st_mtime_ns) for p in artifact.iterdir())))
     encodings = tokenizer.encode_pairs(*zip(*pairs)) if pairs is not None else tokenizer.encode(texts)
     if drop_token_type_ids:  # what a serving stack that forgets the segment ids would compute
         encodings = [row._replace(type_ids=[0] * len(row.ids)) for row in encodings]
-    return load_backend(manifest, artifact).run(Batch(encodings, tokenizer.pad)).pooled
+    return backend.run(Batch(encodings, tokenizer.pad)).pooled
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,4 +1,8 @@
+import dataclasses
+import hashlib
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,28 +28,55 @@ def tiny_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny-models")
 
 
-def _compile(source: Path, output: Path, **options):
-    """onnxruntime fp32 unless a test asks otherwise: measuring candidates (the default) is tested on its own."""
-    from encoderrt.compile import CompileOptions, compile_model
+class ArtifactCache:
+    """compile_model, done once per session for each (source content, options): a test asking for a compile that
+    another already did gets its own copy of that artifact (so it may tamper with it), in a fraction of a second."""
 
-    options = {"target": "cpu", "precision": "fp32", **options}
-    return compile_model(CompileOptions(model_dir=source, output_dir=output, quiet=True, **options))
+    def __init__(self, root: Path):
+        self._root = root
+        self._done: dict[str, object] = {}
+
+    def compile(self, source: Path, output: Path, cached: bool = True, **options):
+        """onnxruntime fp32 unless a test asks otherwise: measuring candidates (the default) is tested on its own.
+        `cached=False` for a test that patches compile's insides: its artifact is its own."""
+        from encoderrt.compile import CompileOptions, compile_model
+
+        options = {"target": "cpu", "precision": "fp32", **options}
+        if not cached or (output.exists() and any(output.iterdir())):  # an occupied output: compile's own rules
+            return compile_model(CompileOptions(model_dir=source, output_dir=output, quiet=True, **options))
+        key = self._key(source, options)
+        if key not in self._done:
+            self._done[key] = compile_model(CompileOptions(model_dir=source, output_dir=self._root / key, quiet=True,
+                                                           **options))
+        done = self._done[key]
+        if output.exists():
+            output.rmdir()
+        shutil.copytree(done.path, output)
+        return dataclasses.replace(done, path=output)
+
+    @staticmethod
+    def _key(source: Path, options: dict) -> str:
+        digest = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode())
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(source)).encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:24]
 
 
 @pytest.fixture(scope="session")
-def compile_artifact():
-    """compile_model with quiet output, for tests that build their own artifacts."""
-    return _compile
+def compile_artifact(tmp_path_factory):
+    """compile_model with quiet output, for tests that build their own artifacts; identical compiles run once."""
+    return ArtifactCache(tmp_path_factory.mktemp("artifact-cache")).compile
 
 
 @pytest.fixture(scope="session")
-def minilm_fp32(minilm_dir, tmp_path_factory):
-    return _compile(minilm_dir, tmp_path_factory.mktemp("artifacts") / "minilm-fp32")
+def minilm_fp32(minilm_dir, tmp_path_factory, compile_artifact):
+    return compile_artifact(minilm_dir, tmp_path_factory.mktemp("artifacts") / "minilm-fp32")
 
 
 @pytest.fixture(scope="session")
-def minilm_int8(minilm_dir, tmp_path_factory):
-    return _compile(minilm_dir, tmp_path_factory.mktemp("artifacts") / "minilm-int8", precision="int8")
+def minilm_int8(minilm_dir, tmp_path_factory, compile_artifact):
+    return compile_artifact(minilm_dir, tmp_path_factory.mktemp("artifacts") / "minilm-int8", precision="int8")
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +94,6 @@ def tiny_models(tiny_dir):
 
 
 @pytest.fixture(scope="session")
-def tiny_artifacts(tiny_models, tmp_path_factory):
+def tiny_artifacts(tiny_models, tmp_path_factory, compile_artifact):
     root = tmp_path_factory.mktemp("tiny-artifacts")
-    return {name: _compile(source, root / name).path for name, source in tiny_models.items()}
+    return {name: compile_artifact(source, root / name).path for name, source in tiny_models.items()}

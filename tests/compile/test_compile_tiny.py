@@ -127,7 +127,8 @@ def test_int8_keeps_ffn_down_projections_fp32_when_parity_asks(tiny_models, comp
         return figures, (["injected failure"] if len(calls) == 1 else failures)
 
     monkeypatch.setattr(parity, "check_parity", first_attempt_fails)
-    result = compile_artifact(tiny_models["bert-cross-encoder"], tmp_path / "ce-int8-mixed", precision="int8")
+    result = compile_artifact(tiny_models["bert-cross-encoder"], tmp_path / "ce-int8-mixed", cached=False,
+                              precision="int8")
     kept = result.manifest.parity["fp32_nodes"]
     assert len(calls) == 2 and len(kept) == 2  # one FFN down projection per layer
     assert result.manifest.parity["attempts"][0]["failures"] == ["injected failure"]

@@ -19,7 +19,7 @@ from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.deploy.ray import RayAppArgs, app, compiled_artifacts, scaling
 from encoderrt.runtime import EngineConfig
-from server_helpers import free_port
+from server_helpers import free_port, wait_for
 
 APP = "encoderrt"
 TEXTS = workloads.passages(24, seed=15)
@@ -103,6 +103,13 @@ class _Load:
                 continue
             self.results.append((picked, np.array([item.embedding for item in reply.data], dtype=np.float32)))
 
+    def answered(self, more: int, timeout: float = 60) -> int:
+        """Waits for `more` answers beyond those already in (requests are flowing), and returns the count then."""
+        target = len(self.results) + more
+        wait_for(lambda: len(self.results) >= target, timeout,
+                 lambda: f"{len(self.results)} of {target} answers after {timeout} s; failures: {self.failures[:3]}")
+        return len(self.results)
+
     def wrong(self, embeddings: np.ndarray) -> list:
         return [picked for picked, vectors in self.results if (vectors * embeddings[picked]).sum(1).min() < 0.99999]
 
@@ -121,11 +128,11 @@ def test_a_replica_killed_under_load_loses_no_request(cluster, models, reference
     _deploy(models, replicas=2)
     embeddings, _ = references
     with _Load(openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=5, timeout=60)) as load:
-        time.sleep(3)
+        load.answered(8)
         replica = next(actor for actor in ray.util.list_named_actors(all_namespaces=True)
                        if actor["name"].startswith("SERVE_REPLICA::") and "EncoderReplica" in actor["name"])
         ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
-        time.sleep(5)
+        load.answered(16)  # served on after the kill, by the other replica and then by the replacement
     wrong, failures = load.wrong(embeddings), load.failures
     print(f"replica killed under load: {len(load.results)} answers, {len(wrong)} wrong, {len(failures)} retryable errors")
     assert load.results and not wrong, f"{len(wrong)} of {len(load.results)} answers had wrong vectors"
@@ -143,10 +150,9 @@ def test_scaling_down_under_load_finishes_every_request(cluster, models, referen
     embeddings, _ = references
     client = openai.OpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=0, timeout=60)
     with _Load(client) as load:
-        time.sleep(2)
-        before = len(load.results)
+        before = load.answered(8)
         _deploy(limited, replicas=1)
-        time.sleep(3)
+        load.answered(8)  # served on by the one replica left
     wrong, failures = load.wrong(embeddings), load.failures
     print(f"scaled 2 -> 1 under load: {len(load.results)} answers ({len(load.results) - before} during and after), "
           f"{len(wrong)} wrong, {len(failures)} failed")
