@@ -66,27 +66,19 @@ def test_an_haproxy_no_cluster_owns_is_cleared(proxy_ports, monkeypatch):
         stale.kill()
 
 
-def test_another_holder_of_the_ports_is_named_not_killed(proxy_ports, monkeypatch):
-    monkeypatch.setattr("encoderrt.deploy.stale_proxy.ray_cluster_running", lambda proc=None: False)
+@pytest.mark.parametrize(("program", "cluster_running", "owner"), [
+    ("some-daemon", False, "another program"),
+    ("haproxy", True, "a Ray cluster that is still running"),
+])
+def test_a_holder_that_is_no_stale_proxy_is_named_not_killed(proxy_ports, monkeypatch, program, cluster_running, owner):
+    monkeypatch.setattr("encoderrt.deploy.stale_proxy.ray_cluster_running", lambda proc=None: cluster_running)
     _, metrics = proxy_ports
-    other = _listener("some-daemon", metrics)
+    holder = _listener(program, metrics)
     try:
         with pytest.raises(ValueError) as refused:
             clear_stale_proxy(free_port())
         said = str(refused.value)
-        assert f"port {metrics}" in said and f"PID {other.pid} (some-daemon" in said and METRICS_PORT_VARIABLE in said
-        assert other.poll() is None
+        assert f"port {metrics}" in said and f"PID {holder.pid} ({program}, {owner})" in said
+        assert METRICS_PORT_VARIABLE in said and holder.poll() is None
     finally:
-        other.kill()
-
-
-def test_an_haproxy_of_a_running_cluster_is_left_alone(proxy_ports, monkeypatch):
-    monkeypatch.setattr("encoderrt.deploy.stale_proxy.ray_cluster_running", lambda proc=None: True)
-    stats, _ = proxy_ports
-    live = _listener("haproxy", stats)
-    try:
-        with pytest.raises(ValueError, match=f"PID {live.pid} \\(haproxy, a Ray cluster that is still running"):
-            clear_stale_proxy(free_port())
-        assert live.poll() is None
-    finally:
-        live.kill()
+        holder.kill()
