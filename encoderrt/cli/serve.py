@@ -12,7 +12,7 @@ from encoderrt.compile.cache import BUNDLED_NAME
 from encoderrt.deploy.settings import RaySettings
 from encoderrt.runtime import settings
 from encoderrt.runtime.config import EngineConfig
-from encoderrt.server.loading import ModelSpec
+from encoderrt.server.loading import ModelSpec, model_path
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
 HELP = "serve models over HTTP (OpenAI, vLLM, Cohere/Jina, TEI APIs)"
@@ -37,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from encoderrt.server.runner import run_server
 
     console = common.console()
-    # the bundled model by its name, unless a folder of that name is here
-    paths = [None if str(p) == BUNDLED_NAME and not p.exists() else p for p in args.models] or [None]
+    paths = [model_path(p) for p in args.models] or [None]
     per_model = {item.name: getattr(args, item.name) for item in settings.declared(ModelSpec)}
     try:
         specs = ModelSpec.each(paths, per_model)

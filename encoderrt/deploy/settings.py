@@ -15,7 +15,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, f
 
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.settings import Setting, declared, setting
-from encoderrt.server.loading import ModelSpec
+from encoderrt.server.loading import ModelSpec, model_path
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
 
@@ -69,12 +69,8 @@ class _AppArgs(BaseModel):
         return cls(**{item.name: getattr(self, item.name) for item in app_settings(cls)}, **fields)
 
     def specs(self) -> list[ModelSpec]:
-        from pathlib import Path
-
-        from encoderrt.compile.cache import BUNDLED_NAME
-
-        paths = [None if path == BUNDLED_NAME and not Path(path).exists() else Path(path) for path in self.models]
-        return ModelSpec.each(paths, {item.name: getattr(self, item.name) for item in declared(ModelSpec)})
+        """One spec per MODEL, the bundled model by its name (unless a folder of that name is here)."""
+        return ModelSpec.each([model_path(path) for path in self.models], {item.name: getattr(self, item.name) for item in declared(ModelSpec)})
 
     @classmethod
     def from_settings(cls, models: list[str], per_model: dict[str, list], *layers: Any) -> "_AppArgs":

@@ -47,6 +47,12 @@ class ModelSpec:
                 for i, path in enumerate(paths)]
 
 
+def model_path(given: str | Path) -> Path | None:
+    """A MODEL argument as a folder, or None for the bundled model given by its name (unless a folder of that name
+    is here)."""
+    return None if str(given) == BUNDLED_NAME and not Path(given).exists() else Path(given)
+
+
 @dataclass(frozen=True)
 class PlannedModel:
     spec: ModelSpec
