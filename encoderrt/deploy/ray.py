@@ -146,7 +146,8 @@ def build(options: RayAppArgs) -> serve.Application:
     deployment = EncoderReplica.options(ray_actor_options={"num_cpus": options.cpus_per_replica},
                                         **scaling(options, artifacts, engine))
     # each replica's backend threads match the cores Ray gives it, not every core of the node
-    replica_engine = engine if engine.intra_op_threads else replace(engine, intra_op_threads=math.ceil(options.cpus_per_replica))
+    replica_engine = engine if engine.intra_op_threads else replace(engine,
+                                                                    intra_op_threads=math.ceil(options.cpus_per_replica))
     return deployment.bind(artifacts, options.layer(ServerSettings, engine=replica_engine))
 
 

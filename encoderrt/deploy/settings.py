@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 
 from encoderrt.runtime.config import EngineConfig
-from encoderrt.runtime.settings import Setting, declared, setting
+from encoderrt.runtime.settings import Setting, declared, from_arguments, setting
 from encoderrt.server.loading import ModelSpec, model_path
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
@@ -66,11 +66,12 @@ class _AppArgs(BaseModel):
 
     def layer(self, cls: type, **fields: Any) -> Any:
         """One layer's settings object from these arguments (its app settings; the rest at their defaults)."""
-        return cls(**{item.name: getattr(self, item.name) for item in app_settings(cls)}, **fields)
+        return from_arguments(cls, self, in_app_only=True, **fields)
 
     def specs(self) -> list[ModelSpec]:
         """One spec per MODEL, the bundled model by its name (unless a folder of that name is here)."""
-        return ModelSpec.each([model_path(path) for path in self.models], {item.name: getattr(self, item.name) for item in declared(ModelSpec)})
+        per_model = {item.name: getattr(self, item.name) for item in declared(ModelSpec)}
+        return ModelSpec.each([model_path(path) for path in self.models], per_model)
 
     @classmethod
     def from_settings(cls, models: list[str], per_model: dict[str, list], *layers: Any) -> "_AppArgs":

@@ -75,9 +75,11 @@ def clear_stale_proxy(http_port: int, proc: Path = Path("/proc")) -> list[str]:
     ports = haproxy_ports(http_port)
     held = listeners(set(ports), proc)
     cleared = []
+    names = {pid: program(pid, proc) for pid in held.values()}
+    owned = "haproxy" in names.values() and ray_cluster_running(proc)  # one scan of /proc, and only if it matters
     for port, pid in sorted(held.items()):
-        name = program(pid, proc)
-        if name != "haproxy" or ray_cluster_running(proc):
+        name = names[pid]
+        if name != "haproxy" or owned:
             owner = "a Ray cluster that is still running" if name == "haproxy" else "another program"
             raise ValueError(f"port {port}, which Ray Serve's HAProxy needs, is held by PID {pid} ({name}, "
                              f"{owner}): stop it, or move the port ({ports[port]})")

@@ -120,9 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
         parser.add_argument(item.flag, *item.aliases, **options)
 
 
-def from_arguments(cls: type, namespace: argparse.Namespace, **fields: Any) -> Any:
-    """`cls` built from parsed flags (its per-model settings are left at their defaults), plus `fields`."""
-    values = {item.name: getattr(namespace, item.name) for item in declared(cls) if not item.per_model}
+def from_arguments(cls: type, source: Any, *, in_app_only: bool = False, **fields: Any) -> Any:
+    """`cls` built from the attributes of the same names on `source` (parsed flags, or Ray's application arguments,
+    which hold only the app settings: `in_app_only`), plus `fields`; per-model settings stay at their defaults."""
+    values = {item.name: getattr(source, item.name) for item in declared(cls)
+              if not item.per_model and (item.in_app or not in_app_only)}
     return cls(**values, **fields)
 
 
