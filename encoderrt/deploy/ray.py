@@ -151,12 +151,19 @@ def build(options: RayAppArgs) -> serve.Application:
     return deployment.bind(artifacts, options.layer(ServerSettings, engine=replica_engine))
 
 
+HAPROXY_DEREGISTRATION_S = 5
+"""How long a stopping replica stays reachable before it refuses new connections. Ray's default (30 s) is sized
+for cloud load balancers that poll; the HAProxy on each node reloads within a second of the controller's update,
+and retries a refused connection on another replica. 30 s made every Ctrl-C and every scale-down wait 30 s."""
+
+
 def use_haproxy() -> None:
     """HAProxy forwarding straight to each replica's own HTTP port, rather than Ray's Python proxy in between: on
-    2 cores the Python proxy takes the CPU the backend needs (0.62x of `encoderrt serve` against ~0.8x); set both
+    2 cores the Python proxy takes the CPU the backend needs (0.62x of `encoderrt serve` against ~0.8x); set these
     when you start a cluster yourself."""
     os.environ.setdefault("RAY_SERVE_ENABLE_HA_PROXY", "1")
     os.environ.setdefault("RAY_SERVE_ENABLE_DIRECT_INGRESS", "1")
+    os.environ.setdefault("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", str(HAPROXY_DEREGISTRATION_S))
 
 
 def run(options: RayAppArgs, host: str, port: int, address: str | None) -> int:

@@ -62,7 +62,10 @@ class PlannedModel:
 
 def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
     """Each model's served name, with every path checked; a ValueError names the first problem."""
-    planned = [PlannedModel(spec, spec.served_model_name or _own_name(spec.path)) for spec in specs]
+    planned = []
+    for spec in specs:
+        own = _own_name(spec.path)  # checks the folder, so it runs even when a served name is given
+        planned.append(PlannedModel(spec, spec.served_model_name or own))
     seen: dict[str, PlannedModel] = {}
     for model in planned:
         if model.name in seen:

@@ -143,14 +143,15 @@ def test_unfused_layers_are_refused():
 
 def test_console_script_reports_steps(tiny_models, tmp_path):
     out = tmp_path / "out"
-    loud = subprocess.run([sys.executable, "-m", "encoderrt.cli", "compile", str(tiny_models["bert-classifier"]), "-o", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    # one candidate in both: choosing by measurement is tests/compile/test_selection.py's
+    loud = subprocess.run([sys.executable, "-m", "encoderrt.cli", "compile", str(tiny_models["bert-classifier"]), "-o", str(out),
+                           "--target", "cpu", "--precision", "fp32"], capture_output=True, text=True, timeout=300)
     assert loud.returncode == 0, loud.stderr
     for step in ("export", "optimise", "verify"):
         assert step in loud.stderr
     assert "task       classify" in loud.stdout and "Attention 2" in loud.stdout
     quiet = subprocess.run(["compile-model", str(tiny_models["bert-classifier"]), "-o", str(out), "--force", "--quiet",
-                            "--target", "cpu", "--precision", "fp32"],  # one candidate: measuring them is tested above
+                            "--target", "cpu", "--precision", "fp32"],
                            capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stdout == "" and "export" not in quiet.stderr

@@ -52,10 +52,11 @@ def test_serve_ray_serves_the_engines_answers_and_stops_on_ctrl_c(minilm_fp32):
     finally:
         process.send_signal(signal.SIGINT)
         try:
-            code = process.wait(120)
+            # idle, Serve stops in about 9 s; Ray's default 30 s stay of a stopping replica would be past this
+            code = process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
-            raise
+            raise AssertionError("serve --ray was still stopping 30 s after Ctrl-C") from None
     assert code in (0, 130), process.stdout.read()[-4000:]
     deadline = time.monotonic() + 30
     while _listening(port):  # Serve's shutdown stops HAProxy too

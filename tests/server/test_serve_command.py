@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+import pytest
 
 from encoderrt import Engine
 from encoderrt.bench import workloads
@@ -150,9 +151,10 @@ def _serve_refusal(*args, timeout=60):
     return result.returncode, result.stderr
 
 
-def test_serve_refuses_a_missing_folder(tmp_path):
-    code, stderr = _serve_refusal(str(tmp_path / "nope"))
-    assert code == 2 and "model folder not found" in stderr
+@pytest.mark.parametrize("extra", [(), ("--served-model-name", "named"), ("--ray", "--served-model-name", "named")])
+def test_serve_refuses_a_missing_folder(tmp_path, extra):
+    code, stderr = _serve_refusal(str(tmp_path / "nope"), *extra)
+    assert code == 2 and "model folder not found" in stderr and "Traceback" not in stderr
 
 
 def test_serve_refuses_a_folder_that_is_no_model(tmp_path):
