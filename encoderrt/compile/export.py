@@ -73,7 +73,11 @@ def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
     architecture = source.architecture
     implementation = "sdpa" if attention == "sdpa" and architecture.sdpa else "eager"
     module = load_torch_model(source, attention=implementation)
-    if architecture.rewrite_attention is not None:
+    if architecture.attention_interface:
+        from encoderrt.models.attention import through_attention_interface
+
+        through_attention_interface(module, attention)
+    elif architecture.rewrite_attention is not None:
         architecture.rewrite_attention(module, attention)
     return module
 

@@ -19,8 +19,10 @@ from encoderrt.compile.source import SourceModel
 
 ATTENTION_OPS = ("Attention", "MultiHeadAttention", "ScaledDotProductAttention")
 GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu")
-LAYER_NORM_OPS = ("SkipLayerNormalization", "LayerNormalization", "EmbedLayerNormalization", "MVN")
-"""onnxruntime's fused ops, and OpenVINO's (ScaledDotProductAttention, MVN for LayerNorm) in an IR."""
+LAYER_NORM_OPS = ("SkipLayerNormalization", "LayerNormalization", "EmbedLayerNormalization", "MVN",
+                  "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMS")
+"""onnxruntime's fused ops (SimplifiedLayerNormalization: RMSNorm), and OpenVINO's (ScaledDotProductAttention,
+MVN for LayerNorm, RMS for RMSNorm)."""
 
 
 def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]:

@@ -30,6 +30,11 @@ class Architecture:
     """onnxruntime.transformers optimizer family whose fusion patterns fit this graph."""
     config_aliases: Mapping[str, str] = field(default_factory=dict)
     """config.json keys this family spells its own way, by the BERT name encoderrt reads (DistilBERT's `dim`)."""
+    layer_gelus: int = 1
+    """GELUs each layer's feed-forward fuses into: one, or none where it gates with SiLU (SwiGLU)."""
+    rms_norm: bool = False
+    """Whether the layers normalise with RMSNorm (Llama-style), which OpenVINO fuses only when it compiles for
+    the CPU, so the fusion check reads the compiled model for it."""
     head_gelus: int = 0
     """GELUs in the sequence-classification head (ELECTRA's dense + GELU), counted by the fusion check."""
     sdpa: bool = True
@@ -39,6 +44,9 @@ class Architecture:
     rewrite_attention: Callable[[Any, str], None] | None = None
     """For export only: route the loaded torch model's attention through one fusable op (models/attention.py),
     traced for "onnxruntime" or "sdpa"; None where the exporters' own patterns already fuse it."""
+    attention_interface: bool = False
+    """For export only: transformers calls this family's attention through its AttentionInterface (rotary
+    families), so export routes it through models/attention.py's one op without code of the family's own."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 
@@ -58,7 +66,7 @@ class Architecture:
 
     def expected_gelus(self, task: str, num_layers: int) -> int:
         """Per layer one, plus the classification head's, or the MLM head's one (dense + GELU + LayerNorm) for sparse."""
-        return num_layers + {"embed": 0, "sparse": 1}.get(task, self.head_gelus)
+        return num_layers * self.layer_gelus + {"embed": 0, "sparse": 1}.get(task, self.head_gelus)
 
     def position_offset(self, config: Mapping[str, Any]) -> int:
         """The position id of a sequence's first token."""

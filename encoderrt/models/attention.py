@@ -1,16 +1,24 @@
 """Attention with an additive score bias as one op in the exported graph, for families whose layers add
-a bias that onnxruntime's fusion patterns do not match (MPNet's relative-position bias).
+a bias that onnxruntime's fusion patterns do not match (MPNet's relative-position bias), or rotate q and
+k before attending (rotary positions: ModernBERT, NomicBERT, GTE, EuroBERT).
 
 A family's `rewrite_attention` (encoderrt/models/) routes its layers through `biased_attention`. The
 op exports as onnxruntime's `com.microsoft.MultiHeadAttention` with the key padding mask and the bias
 as inputs; traced for SDPA (OpenVINO, TensorRT) it is torch's scaled_dot_product_attention with the
 bias and mask folded into one float mask, which both of those fuse into their own attention op.
+
+Families whose transformers code calls attention through `AttentionInterface` (every rotary family)
+need no code of their own: `through_attention_interface` registers one implementation that hands the
+rotated q, k, v and transformers' additive mask (padding, and a layer's window where it has one) to
+`biased_attention`. The mask must be additive (eager's finite minimum): with a boolean SDPA mask, a
+padded query whose whole window is padding has no key left, OpenVINO's SDPA returns NaN for it, and the
+NaN survives mean pooling (NaN x 0).
 """
 
 from __future__ import annotations
 
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -100,3 +108,33 @@ def key_padding_mask(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Ten
         return torch.ones(like.shape[:2], dtype=torch.int32, device=like.device)
     keys = mask[:, 0, 0, :]
     return (keys if keys.dtype == torch.bool else keys == 0).to(torch.int32)
+
+
+@cache
+def _interface_name(export: AttentionExport) -> str:
+    """The name of the attention implementation for `export`, registered with transformers."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        """transformers hands [B, heads, S, head_dim] (key and value with fewer heads under grouped-query
+        attention) and an additive [B, 1, S, S] mask; returns [B, S, heads, head_dim]."""
+        batch, heads, sequence, head_dim = query.shape
+        if key.shape[1] != heads:
+            key, value = (t.repeat_interleave(heads // t.shape[1], dim=1) for t in (key, value))
+        q, k, v = (t.transpose(1, 2).reshape(batch, sequence, heads * head_dim) for t in (query, key, value))
+        mask = attention_mask if attention_mask is not None else query.new_zeros((batch, 1, sequence, sequence))
+        out = biased_attention(q, k, v, None, mask, heads, export, scale=scaling)
+        return out.view(batch, sequence, heads, head_dim), None
+
+    name = f"encoderrt_biased_{export}"
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, eager_mask)  # the additive float mask eager attention takes
+    return name
+
+
+def through_attention_interface(model: Any, export: AttentionExport) -> None:
+    """Route a family's attention through `biased_attention` where transformers calls it through its
+    AttentionInterface (an Architecture's `attention_interface`)."""
+    encoder = next(module for module in model.modules() if hasattr(module, "set_attn_implementation"))
+    encoder.set_attn_implementation(_interface_name(export))
