@@ -185,6 +185,16 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         config = transformers.ModernBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
                                                cls_token_id=0, sep_token_id=2, local_attention=16,
                                                global_attn_every_n_layers=2, **small)
+    elif family == "nomic_bert":  # rotary, SwiGLU, no biases; BERT's WordPiece and segment embeddings
+        tokenizer = _wordpiece_tokenizer(max_positions)
+        config = transformers.NomicBertConfig(pad_token_id=0, **small)
+    elif family == "gte":  # rotary, GeGLU; XLM-R's tokenizer and padding id
+        tokenizer = _unigram_tokenizer(max_positions)
+        config = transformers.GteConfig(pad_token_id=1, type_vocab_size=1, **small)
+    elif family == "eurobert":  # Llama-style: RMSNorm, rotary, SwiGLU, grouped-query attention
+        tokenizer = _byte_level_tokenizer(max_positions)
+        config = transformers.EuroBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
+                                             num_key_value_heads=small["num_attention_heads"] // 2, **small)
     else:
         raise ValueError(f"no tiny checkpoint for {family}")
     config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions

@@ -1,4 +1,4 @@
-"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT and DeBERTa-v2: every task on tiny random checkpoints, against sentence-transformers
+"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE and EuroBERT: every task on tiny random checkpoints, against sentence-transformers
 and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking."""
 
 import numpy as np
@@ -9,7 +9,9 @@ import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.runtime.manifest import read_manifest
 
-FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2")
+FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2", "nomic_bert", "gte", "eurobert")
+SEGMENTS = ("electra", "nomic_bert")
+"""The families whose graphs read segment ids, as BERT's do."""
 PAIRS = tm.PAIRS + [("привет", "как дела мир")]
 TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", "größe café 東京",
          " ".join(["rank score"] * 80)]
@@ -89,12 +91,13 @@ def test_distilbert_classifier_matches_transformers(target, sources, artifacts):
 
 
 def test_segment_inputs_follow_the_family(artifacts):
-    """ELECTRA reads segment ids like BERT, so dropping them changes its scores; the others take none."""
+    """ELECTRA and NomicBERT read segment ids like BERT, so dropping them changes their scores; the others take none."""
     for family in FAMILIES:
         manifest = read_manifest(artifacts[family, "score", "cpu"].path)
-        assert ("token_type_ids" in manifest.inputs) == (family == "electra")
-    electra = artifacts["electra", "score", "cpu"].path
-    assert np.abs(run_artifact(electra, pairs=PAIRS) - run_artifact(electra, pairs=PAIRS, drop_token_type_ids=True)).max() > 1e-2
+        assert ("token_type_ids" in manifest.inputs) == (family in SEGMENTS)
+    for family in SEGMENTS:
+        path = artifacts[family, "score", "cpu"].path
+        assert np.abs(run_artifact(path, pairs=PAIRS) - run_artifact(path, pairs=PAIRS, drop_token_type_ids=True)).max() > 1e-2
 
 
 def test_positions_count_from_padding_where_the_family_does(artifacts):
@@ -104,7 +107,7 @@ def test_positions_count_from_padding_where_the_family_does(artifacts):
     assert limits == dict.fromkeys(FAMILIES, st_limit)
     uncapped = {family: read_manifest(artifacts[family, "score", "cpu"].path).max_length for family in FAMILIES}
     assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64,
-                        "deberta-v2": 64}
+                        "deberta-v2": 64, "nomic_bert": 64, "gte": 64, "eurobert": 64}
 
 
 def test_modernbert_windows_and_padding(sources, artifacts):
@@ -123,6 +126,8 @@ def test_modernbert_windows_and_padding(sources, artifacts):
     ("mpnet", "cpu", "int8"), ("mpnet", "openvino", "int8"), ("distilbert", "openvino", "int8"),
     ("electra", "cpu", "int8"), ("camembert", "openvino", "bf16"), ("modernbert", "openvino", "int8"),
     ("deberta-v2", "cpu", "int8"), ("deberta-v2", "openvino", "int8"),
+    ("nomic_bert", "cpu", "int8"), ("nomic_bert", "openvino", "int8"), ("gte", "cpu", "int8"),
+    ("gte", "openvino", "bf16"), ("eurobert", "cpu", "int8"), ("eurobert", "openvino", "int8"),
 ])
 def test_lossy_precisions_stay_close_to_sentence_transformers(family, target, precision, sources, compile_artifact, tmp_path):
     from sentence_transformers import SentenceTransformer

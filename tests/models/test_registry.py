@@ -11,8 +11,8 @@ def test_families():
     assert roberta.max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
-    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "modernbert", "mpnet",
-                                       "roberta", "xlm-roberta"]
+    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert", "gte",
+                                       "modernbert", "mpnet", "nomic_bert", "roberta", "xlm-roberta"]
 
 
 def test_config_aliases_fill_the_bert_names():
@@ -27,10 +27,14 @@ def test_expected_gelus_count_the_head():
     electra, bert = find_architecture("electra"), find_architecture("bert")
     assert (electra.expected_gelus("score", 12), electra.expected_gelus("embed", 12), bert.expected_gelus("score", 12)) == (
         13, 12, 12)
+    # SwiGLU layers gate with SiLU: no GELU but the head's
+    eurobert, nomic = find_architecture("eurobert"), find_architecture("nomic_bert")
+    assert (eurobert.expected_gelus("score", 12), nomic.expected_gelus("embed", 12), nomic.expected_gelus("score", 12)) == (
+        1, 0, 0)
 
 
 def test_unknown_family_names_the_supported_ones():
-    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, deberta-v2, distilbert, electra, modernbert, mpnet"):
+    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, deberta-v2, distilbert, electra, eurobert"):
         find_architecture("llama")
 
 
@@ -38,4 +42,7 @@ def test_family_variants_a_file_cannot_compile_are_named():
     deberta = find_architecture("deberta-v2")
     assert deberta.unsupported({"type_vocab_size": 0}) is None
     assert "type_vocab_size" in deberta.unsupported({"type_vocab_size": 2})
+    gte = find_architecture("gte")
+    assert gte.unsupported({"type_vocab_size": 0}) is None and gte.unsupported({"type_vocab_size": 1}) is None
+    assert "type_vocab_size 2" in gte.unsupported({"type_vocab_size": 2})
     assert find_architecture("bert").unsupported is None
