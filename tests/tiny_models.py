@@ -185,6 +185,9 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         config = transformers.ModernBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
                                                cls_token_id=0, sep_token_id=2, local_attention=16,
                                                global_attn_every_n_layers=2, **small)
+    elif family == "xlm-roberta":  # bge-m3's layout when given its 8,194 positions
+        tokenizer = _unigram_tokenizer(max_positions - 2, "XLMRobertaTokenizerFast")
+        config = transformers.XLMRobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1, **small)
     elif family == "nomic_bert":  # rotary, SwiGLU, no biases; BERT's WordPiece and segment embeddings
         tokenizer = _wordpiece_tokenizer(max_positions)
         config = transformers.NomicBertConfig(pad_token_id=0, **small)

@@ -174,9 +174,29 @@ def engine_outputs(
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
         encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
-    batched = backend.run(Batch(encodings, tokenizer.pad)).pooled
+    batched = np.concatenate([backend.run(batch).pooled
+                              for batch in _mixed_batches(encodings, tokenizer.pad, VERIFY_BATCH_TOKENS, manifest.max_length)])
     single = np.concatenate([backend.run(Batch([e], tokenizer.pad)).pooled for e in encodings])
     return batched.astype(np.float32), single.astype(np.float32)
+
+
+VERIFY_BATCH_TOKENS = 16384
+"""Padded tokens per verification batch (or two rows of the model's limit, where that is more): every probe of a
+512-token model in one batch, as before; an 8,192-token model's probes in pairs. Padding all of them to its
+limit in one batch asked onnxruntime's attention for 28 GiB."""
+
+
+def _mixed_batches(rows: list, pad, budget: int, max_length: int) -> list[Batch]:
+    """The rows in their order (short probes beside long ones, so padding is exercised) cut into consecutive
+    batches of at most max(budget, 2 x max_length) padded tokens."""
+    budget = max(budget, 2 * max_length)
+    batches, start, longest = [], 0, 0
+    for end, row in enumerate(rows):
+        longest = max(longest, len(row.ids))
+        if (end + 1 - start) * longest > budget:
+            batches.append(Batch(rows[start:end], pad))
+            start, longest = end, len(row.ids)
+    return batches + [Batch(rows[start:], pad)]
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
