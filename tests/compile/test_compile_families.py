@@ -1,5 +1,6 @@
 """DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE and EuroBERT: every task on tiny random checkpoints, against sentence-transformers
-and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking."""
+and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking.
+EmbeddingGemma (an embedder only) with its Dense modules and prompts."""
 
 import numpy as np
 import pytest
@@ -160,5 +161,52 @@ def test_deberta_variants_it_cannot_compile_are_named(sources, compile_artifact,
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "type_vocab_size": 2}))
     with pytest.raises(InputError, match="type_vocab_size > 0"):
+        compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()
+
+
+@pytest.fixture(scope="module")
+def embeddinggemma(tiny_dir):
+    """EmbeddingGemma's folder in small: bidirectional Gemma 3, mean pooling, two Dense modules, prompts per task."""
+    return tm.sentence_transformers_folder(tiny_dir / "families" / "embeddinggemma", pooling="mean", normalize=True,
+                                           family="gemma3", dense=((64, "Identity"), (32, "Identity")),
+                                           prompts={"query": "task: search result | query: ",
+                                                    "document": "title: none | text: "})
+
+
+@pytest.mark.parametrize(("target", "precision", "floor"), [("cpu", "fp32", 0.99999), ("openvino", "fp32", 0.99999),
+                                                            ("openvino", "bf16", 0.999)])
+def test_embeddinggemma_matches_sentence_transformers_with_each_prompt(target, precision, floor, embeddinggemma,
+                                                                       compile_artifact, tmp_path_factory):
+    """Past its 9-token window (16 in the config, halved on each side for bidirectional attention), through the
+    Dense stack, with each prompt; padded and row by row."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt import Engine
+
+    result = compile_artifact(embeddinggemma, tmp_path_factory.mktemp("gemma") / f"{target}-{precision}", target=target,
+                              precision=precision)
+    assert _fused_attention(result.manifest) == 2 and result.manifest.shape.output_dim == 32
+    reference = SentenceTransformer(str(embeddinggemma), device="cpu")
+    with Engine.load(result.path) as engine:
+        for prompt_name in (None, "query", "document"):
+            expected = reference.encode(TEXTS, prompt_name=prompt_name)
+            batched = engine.embed(TEXTS, prompt_name=prompt_name)
+            alone = np.concatenate([engine.embed([text], prompt_name=prompt_name) for text in TEXTS])
+            assert min(cosine_rows(batched, expected).min(), cosine_rows(alone, expected).min()) >= floor, prompt_name
+    assert cosine_rows(reference.encode(TEXTS[:1], prompt_name="query"), reference.encode(TEXTS[:1]))[0] < 0.9999
+
+
+def test_gemma3_language_models_are_refused_by_name(embeddinggemma, compile_artifact, tmp_path):
+    """gemma3_text without bidirectional attention is Gemma 3's causal LM: refused, and nothing is written."""
+    import json
+    import shutil
+
+    from encoderrt.compile import InputError
+
+    folder = shutil.copytree(embeddinggemma.with_name(embeddinggemma.name + "-encoder"), tmp_path / "causal")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "use_bidirectional_attention": False}))
+    with pytest.raises(InputError, match="causal attention .* not an encoder such as EmbeddingGemma"):
         compile_artifact(folder, tmp_path / "artifact")
     assert not (tmp_path / "artifact").exists()

@@ -1,0 +1,68 @@
+"""EmbeddingGemma (embeddinggemma-300m): Gemma 3 run bidirectionally (`use_bidirectional_attention`), RMSNorm
+around each sublayer and on q and k, rotary positions with a base per layer type, global layers and
+sliding-window layers (the window on both sides of a token), GeGLU with tanh GELU, 2,048 positions. Its
+sentence-transformers folder adds mean pooling, two Dense modules and prompts per task.
+
+`gemma3_text` is also Gemma 3's causal language model: a folder without bidirectional attention is a decoder,
+and is refused by name rather than served as an encoder.
+
+transformers rotates q and k before its attention function, which models/attention.py takes over. Its masks
+it builds with vmap over mask functions, which TorchScript cannot trace; Gemma3TextModel also takes them
+ready-made, one per layer type, so export hands it both, built from the padding mask with plain tensor ops:
+global layers see every real token, windowed ones the real tokens within `sliding_window` on either side.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Mapping
+
+from encoderrt.models.architecture import Architecture
+
+
+def _unsupported(config: Mapping[str, Any]) -> str | None:
+    if not config.get("use_bidirectional_attention"):
+        return ("causal attention (use_bidirectional_attention is not set): this is Gemma 3's language model, "
+                "not an encoder such as EmbeddingGemma")
+    if any("ForSequenceClassification" in name for name in config.get("architectures") or ()):
+        return "a sequence-classification head (encoderrt compiles EmbeddingGemma's embedding model)"
+    return None
+
+
+def _masks(padding: Any, window: int) -> dict[str, Any]:
+    """Additive [B, 1, S, S] masks per layer type from a [B, S] padding mask (1 = real token)."""
+    import torch
+
+    positions = torch.arange(padding.shape[1], device=padding.device)
+    near = (positions[:, None] - positions[None, :]).abs() < window
+    keys = padding[:, None, None, :].bool()
+    blocked = torch.finfo(torch.float32).min
+    full = torch.where(keys, 0.0, blocked).expand(-1, -1, padding.shape[1], -1)
+    return {"full_attention": full, "sliding_attention": torch.where(keys & near, 0.0, blocked)}
+
+
+def _rewrite_attention(model: Any, export: str) -> None:
+    from encoderrt.models.attention import through_attention_interface
+
+    through_attention_interface(model, export)
+    text = next(module for module in model.modules() if type(module).__name__ == "Gemma3TextModel")
+    window, forward = text.config.sliding_window, text.forward
+
+    def with_masks(self, input_ids=None, attention_mask=None, **kwargs):
+        if attention_mask is not None and attention_mask.dim() == 2:
+            attention_mask = _masks(attention_mask, window)
+        return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    text.forward = types.MethodType(with_masks, text)
+
+
+ARCHITECTURE = Architecture(
+    name="gemma3",
+    model_types=("gemma3_text",),
+    uses_token_type_ids=False,
+    classifier_input="first_token",
+    position_offset_from_padding=False,
+    rms_norm=True,
+    rewrite_attention=_rewrite_attention,
+    unsupported=_unsupported,
+)
