@@ -1,0 +1,75 @@
+"""The 2025-26 encoder families served: NomicBERT and EmbeddingGemma embedders with their prompts through the
+OpenAI SDK (prompt_name in extra_body) and Cohere's (input_type), a GTE reranker through Cohere's and the
+Jina/vLLM rerank route, each against sentence-transformers."""
+
+import cohere
+import httpx
+import numpy as np
+import openai
+import pytest
+
+import tiny_models as tm
+from artifact_runner import cosine_rows
+from encoderrt import Engine
+from encoderrt.server import ServerSettings, create_app
+from server_helpers import ready_registry, running_server
+
+TEXTS = ["how do rivers form", "the quick brown fox jumps over a lazy dog", "größe café 東京", "x"]
+QUERY = "which fox is quick"
+
+
+@pytest.fixture(scope="module")
+def sources(tiny_dir):
+    root = tiny_dir / "served-families"
+    return {
+        "nomic": tm.sentence_transformers_folder(root / "nomic", pooling="mean", normalize=True, family="nomic_bert",
+                                                 prompts={"search_query": "search_query: ",
+                                                          "search_document": "search_document: "}),
+        "gemma": tm.sentence_transformers_folder(root / "gemma", pooling="mean", normalize=True, family="gemma3",
+                                                 dense=((48, "Identity"),),
+                                                 prompts={"query": "task: search result | query: ",
+                                                          "document": "title: none | text: "}),
+        "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
+    }
+
+
+@pytest.fixture(scope="module")
+def url(sources, compile_artifact, tmp_path_factory):
+    root = tmp_path_factory.mktemp("served-families")
+    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu"}
+    engines = {name.replace("-", "_"): Engine.load(compile_artifact(source, root / name, target=targets[name]).path)
+               for name, source in sources.items()}
+    with running_server(create_app(ServerSettings(), ready_registry(**engines))) as served:
+        yield served
+    for engine in engines.values():
+        engine.close()
+
+
+def test_embedders_answer_with_their_prompts_through_openai_and_cohere(sources, url):
+    from sentence_transformers import SentenceTransformer
+
+    nomic = SentenceTransformer(str(sources["nomic"]), device="cpu")
+    reply = openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(
+        model="nomic", input=TEXTS, extra_body={"prompt_name": "search_query"})
+    served = np.array([item.embedding for item in reply.data], dtype=np.float32)
+    assert cosine_rows(served, nomic.encode(TEXTS, prompt_name="search_query")).min() >= 0.99999
+    assert cosine_rows(served, nomic.encode(TEXTS)).min() < 0.9999  # the prompt made a difference
+
+    gemma = SentenceTransformer(str(sources["gemma"]), device="cpu")
+    embedded = cohere.ClientV2(base_url=url, api_key="unused").embed(
+        model="gemma", texts=TEXTS, input_type="search_document", embedding_types=["float"])
+    vectors = np.array(embedded.embeddings.float_, dtype=np.float32)
+    assert vectors.shape == (len(TEXTS), 48)
+    assert cosine_rows(vectors, gemma.encode(TEXTS, prompt_name="document")).min() >= 0.99999
+
+
+def test_gte_reranker_ranks_as_the_cross_encoder_through_cohere_and_jina(sources, url):
+    from sentence_transformers import CrossEncoder
+
+    expected = CrossEncoder(str(sources["gte-reranker"]), device="cpu").predict([(QUERY, text) for text in TEXTS])
+    ranked = cohere.ClientV2(base_url=url, api_key="unused").rerank(model="gte_reranker", query=QUERY, documents=TEXTS)
+    by_index = {result.index: result.relevance_score for result in ranked.results}
+    np.testing.assert_allclose([by_index[i] for i in range(len(TEXTS))], expected, atol=1e-5)
+    jina = httpx.post(f"{url}/v1/rerank", json={"model": "gte_reranker", "query": QUERY, "documents": TEXTS}, timeout=60)
+    assert jina.status_code == 200, jina.text
+    assert [r["index"] for r in jina.json()["results"]] == list(np.argsort(-expected, kind="stable"))
