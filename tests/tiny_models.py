@@ -198,13 +198,15 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         tokenizer = _byte_level_tokenizer(max_positions)
         config = transformers.EuroBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
                                              num_key_value_heads=small["num_attention_heads"] // 2, **small)
-    elif family == "gemma3":  # EmbeddingGemma's: bidirectional, a global layer after a 16-token windowed one
+    elif family == "gemma3":  # EmbeddingGemma's: bidirectional, a global layer after each 16-token windowed one
         tokenizer = _byte_level_tokenizer(max_positions)
+        head_dim = small["hidden_size"] // small["num_attention_heads"]
         config = transformers.Gemma3TextConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
-                                               use_bidirectional_attention=True, sliding_window=16, head_dim=8,
-                                               layer_types=["sliding_attention", "full_attention"],
+                                               use_bidirectional_attention=True, sliding_window=16, head_dim=head_dim,
+                                               layer_types=["sliding_attention", "full_attention"]
+                                               * (small["num_hidden_layers"] // 2),
                                                num_key_value_heads=small["num_attention_heads"] // 2,
-                                               query_pre_attn_scalar=8, **small)
+                                               query_pre_attn_scalar=head_dim, **small)
     else:
         raise ValueError(f"no tiny checkpoint for {family}")
     config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions

@@ -158,7 +158,9 @@ def _int8_settings(exported: Path) -> Iterator[dict[str, Any]]:
     """What each int8 attempt leaves in bf16 and how it smooths, in order; the fallback's names are read from the
     IR only if the first attempt misses the floor."""
     yield {"kept_nodes": [], "smooth_quant_alpha": SMOOTHING_ALPHA}
-    yield {"kept_nodes": ffn_down_projections(exported), "smooth_quant_alpha": None}
+    # measured on all-MiniLM-L6-v2, text neither calibration nor probes hold: min cosine 0.984 with SmoothQuant
+    # beside the kept projections, 0.963 without
+    yield {"kept_nodes": ffn_down_projections(exported), "smooth_quant_alpha": SMOOTHING_ALPHA}
 
 
 def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -> Manifest:

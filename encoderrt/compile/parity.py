@@ -20,13 +20,13 @@ from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
-_PASSAGE = (
+PROBE_PASSAGE = (
     "The Amazon rainforest covers much of the Amazon basin of South America. The basin spans seven million "
     "square kilometres, of which five and a half million are covered by the rainforest. The region includes "
     "territory belonging to nine nations and thousands of indigenous territories, and it represents over half "
     "of the planet's remaining rainforests."
 )
-_SHORT_TEXTS = (
+PROBE_TEXTS = (
     "a",
     "hello",
     "what is the capital of france?",
@@ -36,8 +36,25 @@ _SHORT_TEXTS = (
     "Привет, как дела? Всё хорошо.",
     "café naïve résumé 🙂 — «quotes» and emoji 🚀",
     "مرحبا بالعالم",
+    "SELECT name, COUNT(*) AS n FROM orders GROUP BY name HAVING COUNT(*) > 3 ORDER BY n DESC;",
+    "+------+-----+--------+\n| id   | qty | price  |\n+------+-----+--------+\n| 1001 |  12 |  4.50  |\n"
+    "| 1002 |   7 | 19.99  |\n+------+-----+--------+",
+    '{"id": 42, "tags": ["urgent", "billing"], "open": true, "owner": null}',
+    "la la la la la la la la la la la la la la la la la la la la",
+    "* milk\n* bread\n* 6 apples\n* coffee beans",
+    "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",
+    "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย",
+    "Tiếng Việt dùng chữ Latinh với nhiều dấu thanh.",
+    "Zażółć gęślą jaźń, powiedział Paweł.",
+    "Київ стоїть на берегах Дніпра.",
+    "תל אביב שוכנת לחוף הים התיכון.",
+    "부산은 항구 도시입니다.",
+    "तारे रात में चमकते हैं।",
+    "no no no no no no no no no no no no",
 )
-_QUERIES = ("where is the amazon rainforest", "Wie groß ist der Regenwald?", "x", "rainforest nations")
+"""Short texts of every kind users embed (prose, queries, code, tables, JSON, lists, repeated words, scripts);
+none of them is a calibration text (runtime/texts.py)."""
+PROBE_QUERIES = ("where is the amazon rainforest", "Wie groß ist der Regenwald?", "x", "rainforest nations")
 
 
 @dataclass(frozen=True)
@@ -52,7 +69,10 @@ class Tolerance:
 
 TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("embed", "fp32"): Tolerance(min_cosine=0.99999),
-    ("embed", "int8"): Tolerance(min_cosine=0.97, mean_cosine=0.99),
+    # stricter on the probes than the floor users are promised (min 0.98, mean 0.995) on text neither the probes
+    # nor calibration hold (tests/compile/test_int8_heldout.py): all-MiniLM-L6-v2 static int8 at 0.988 / 0.9954 on
+    # the probes gave 0.970 / 0.9943 on such text
+    ("embed", "int8"): Tolerance(min_cosine=0.985, mean_cosine=0.996),
     ("logits", "fp32"): Tolerance(max_abs_logit_diff=1e-3),
     ("logits", "int8"): Tolerance(min_spearman=0.98),
     # half precision (TensorRT engines; OpenVINO bf16): fp16 keeps 10 mantissa bits, bf16 7
@@ -62,8 +82,10 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
     ("logits", "bf16"): Tolerance(max_abs_logit_diff=0.15, min_spearman=0.98),
 }
 TARGET_TOLERANCES: dict[tuple[str, str, str], Tolerance] = {
-    # static int8 (NNCF) is held to a higher floor than onnxruntime's dynamic int8
-    ("openvino", "embed", "int8"): Tolerance(min_cosine=0.98, mean_cosine=0.995),
+    # onnxruntime's dynamic int8 takes its ranges from each batch, not from calibration text: no margin for text
+    # the calibration missed (all-MiniLM-L6-v2: probes 0.985 / 0.9950, held-out text 0.988 / 0.9965)
+    ("cpu", "embed", "int8"): Tolerance(min_cosine=0.98, mean_cosine=0.995),
+    # static int8 (NNCF) ranks closer than onnxruntime's dynamic int8
     ("openvino", "logits", "int8"): Tolerance(min_spearman=0.99),
 }
 LOSSLESS: dict[str, Tolerance] = {
@@ -85,7 +107,7 @@ def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
 
 def _words_to_length(tokenizer: TextTokenizer, tokens: int) -> str:
     """The shortest repetition of the passage with at least `tokens` tokens (special tokens counted)."""
-    words = _PASSAGE.split()
+    words = PROBE_PASSAGE.split()
     count = 1
     while True:
         text = " ".join(words[i % len(words)] for i in range(count))
@@ -98,14 +120,14 @@ def probe_texts(tokenizer: TextTokenizer) -> list[str]:
     """Lengths from one token to the limit and past it, non-ASCII scripts, emoji."""
     limit = tokenizer.max_length
     lengths = sorted({min(n, limit) for n in (16, 48, limit // 2, limit - 1)} | {limit})
-    return [*_SHORT_TEXTS, _PASSAGE, *(_words_to_length(tokenizer, n) for n in lengths), _words_to_length(tokenizer, limit * 3)]
+    return [*PROBE_TEXTS, PROBE_PASSAGE, *(_words_to_length(tokenizer, n) for n in lengths), _words_to_length(tokenizer, limit * 3)]
 
 
 def probe_pairs(tokenizer: TextTokenizer) -> tuple[list[str], list[str]]:
     """(query, document) pairs, including documents that must be truncated behind a short query."""
-    documents = [_PASSAGE, _SHORT_TEXTS[4], _SHORT_TEXTS[5], _words_to_length(tokenizer, tokenizer.max_length * 2), "a"]
+    documents = [PROBE_PASSAGE, PROBE_TEXTS[4], PROBE_TEXTS[5], _words_to_length(tokenizer, tokenizer.max_length * 2), "a"]
     firsts, seconds = [], []
-    for query in _QUERIES:
+    for query in PROBE_QUERIES:
         for document in documents:
             firsts.append(query)
             seconds.append(document)

@@ -1,6 +1,8 @@
 """Built-in texts that calibrate what depends on a model's activations: int8 graphs' ranges (compile) and
-int8/uint8 embeddings' per-dimension ranges (runtime/quantization.py). Several languages and lengths, since
-ranges depend on both; nothing here is downloaded.
+int8/uint8 embeddings' per-dimension ranges (runtime/quantization.py). Every kind of text users embed, since
+ranges depend on it: prose in several languages and scripts, code, tables and markup, lists, repeated words,
+short queries and 400-word windows; nothing here is downloaded. Compile's parity probes (compile/parity.py) are
+other texts of the same kinds, so the figure it reports is measured on text the calibration never saw.
 """
 
 from __future__ import annotations
@@ -26,10 +28,20 @@ CALIBRATION_PASSAGES = (
     "within five business days; gift cards and final-sale items cannot be returned.",
     "The mitochondrion is the powerhouse of the cell. It produces ATP through oxidative phosphorylation, a process "
     "that depends on a gradient of protons across the inner membrane. " * 3,
+    "def merge(a, b):\n    out = []\n    while a and b:\n        out.append(a.pop(0) if a[0] < b[0] else b.pop(0))\n"
+    "    return out + a + b",
+    "| city | population | area km² |\n|---|---|---|\n| Zurich | 421,878 | 87.9 |\n| Geneva | 203,856 | 15.9 |\n"
+    "| Basel | 173,863 | 23.9 |",
+    "<ul class=\"nav\"><li><a href=\"/docs\">Docs</a></li><li><a href=\"/pricing\">Pricing</a></li></ul>",
+    "Ingredients:\n- 2 eggs\n- 150 g flour\n- 1 tsp salt\n- 300 ml milk",
+    "buy buy buy buy buy now now now now now cheap cheap cheap cheap cheap deal deal deal deal deal",
+    "القاهرة هي عاصمة مصر وأكبر مدنها، ويعبرها نهر النيل.",
+    "भारत की राजधानी नई दिल्ली है।",
+    "서울은 대한민국의 수도이며 한강이 도시를 가로지른다.",
 )
 
 
-SHORT_TEXTS = ("a", "the", "ok", "yes please", "thanks", "x y")
+SHORT_TEXTS = ("o", "the", "ok", "yes please", "thanks", "x y")
 
 
 def word_windows() -> list[str]:

@@ -62,11 +62,13 @@ def test_fp32_matches_sentence_transformers(minilm_fp32, reference):
 def test_int8_is_quantised_and_within_tolerance(minilm_int8, reference):
     manifest = read_manifest(minilm_int8.path)
     assert manifest.precision == "int8"
-    assert manifest.parity["mean_cosine"] >= 0.99 and manifest.parity["min_cosine"] >= 0.97
+    assert manifest.parity["mean_cosine"] >= 0.995 and manifest.parity["min_cosine"] >= 0.98
     ops = {node.op_type for node in onnx.load(str(minilm_int8.path / "model.onnx")).graph.node}
-    assert {"QAttention", "MatMulInteger"} <= ops
+    assert "MatMulInteger" in ops  # (attention and FFN down projections stay fp32 where the probes ask for it)
+    kept = set(manifest.parity["fp32_nodes"])
+    assert ("QAttention" in ops) == (not any("Attention" in name for name in kept))
     cosines = cosine_rows(run_artifact(minilm_int8.path, texts=TEXTS), reference)
-    assert cosines.mean() >= 0.99 and cosines.min() >= 0.97
+    assert cosines.mean() >= 0.995 and cosines.min() >= 0.98
 
 
 def test_ffn_down_projections_are_found_by_structure(minilm_fp32):

@@ -80,11 +80,12 @@ def test_bf16_falls_back_to_f32_on_a_cpu_without_bf16_and_says_so(minilm_openvin
 def test_int8_meets_its_quality_floor_on_unseen_passages(minilm_openvino, st_embeddings):
     result = minilm_openvino["int8"]
     assert result.manifest.fused_ops["FakeQuantize"] > 0
-    if int8_dot_products():  # VNNI / AMX: measured to meet the floor with SmoothQuant, every GEMM but attention int8
+    if int8_dot_products():  # VNNI / AMX: SmoothQuant, every GEMM but attention int8 unless the probes ask for more
         parity = result.manifest.parity
-        assert parity["kept_nodes"] == [] and parity["smooth_quant_alpha"] == SMOOTHING_ALPHA and parity["attempts"] == []
-        # per layer: Q/K/V's shared input, the attention output, the FFN up and the FFN down projection
-        assert result.manifest.fused_ops["FakeQuantize"] == 4 * 6
+        assert parity["smooth_quant_alpha"] == SMOOTHING_ALPHA and len(parity["kept_nodes"]) in (0, 6)
+        assert len(parity["attempts"]) == (1 if parity["kept_nodes"] else 0)
+        # per layer: Q/K/V's shared input, the attention output, the FFN up and (unless kept) the FFN down projection
+        assert result.manifest.fused_ops["FakeQuantize"] == (3 if parity["kept_nodes"] else 4) * 6
     embeddings, _ = _embed(result)
     cosines = cosine_rows(embeddings, st_embeddings)
     assert cosines.mean() >= 0.995 and cosines.min() >= 0.98
