@@ -42,7 +42,27 @@ def _builders() -> dict[str, Builder]:
         from encoderrt.compile import cpu, openvino, tensorrt
     except ImportError as exc:
         raise CompileError(f"compiling needs the compile extra ({exc.name} is missing): pip install 'encoderrt[compile]'") from None
+    _check_transformers()
     return {"cpu": cpu.build, "cuda": cpu.build, "openvino": openvino.build, "tensorrt": tensorrt.build}
+
+
+def _check_transformers(installed: str | None = None) -> None:
+    """The transformers releases compile works with are the ones the compile extra declares: outside them export
+    ends in a traceback deep in tracing (5.5.4: SDPA masks that do not trace; 5.18: rotary fused into an op
+    onnxruntime cannot batch), so an installed release outside the range is one line here."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = [Requirement(text) for text in metadata.requires("encoderrt") or ()]
+        installed = installed or metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return  # not installed as a package (a source tree on the path): nothing declared to check against
+    for requirement in declared:
+        if requirement.name == "transformers" and not requirement.specifier.contains(installed, prereleases=True):
+            raise CompileError(f"transformers {installed} is installed; compile works with transformers"
+                               f"{requirement.specifier}: pip install 'transformers{requirement.specifier}'")
 
 
 def compile_model(options: CompileOptions, reporter: StepReporter | None = None) -> CompileResult:

@@ -155,3 +155,19 @@ def test_console_script_reports_steps(tiny_models, tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stdout == "" and "export" not in quiet.stderr
+
+
+def test_a_transformers_release_outside_the_declared_range_is_one_line(tiny_models, tmp_path, capsys, monkeypatch):
+    """transformers 5.5.4 ended an OpenVINO compile in a tracing traceback; a release outside the compile extra's
+    range (read from the installed package's own metadata) is named before any work, with the range."""
+    from importlib import metadata
+
+    declared = next(r for r in metadata.requires("encoderrt") if r.startswith("transformers"))
+    installed = metadata.version
+
+    monkeypatch.setattr(metadata, "version", lambda name: "5.5.4" if name == "transformers" else installed(name))
+    code, err = _compile_cli(capsys, tiny_models["st-cls"], "--output", tmp_path / "out", "--target", "openvino")
+    assert code != 0 and "Traceback" not in err
+    said = " ".join(err.split())
+    assert "transformers 5.5.4 is installed" in said and declared.split(";")[0] in said
+    assert _leftovers(tmp_path) == []
