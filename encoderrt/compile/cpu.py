@@ -17,7 +17,7 @@ PRECISIONS = {"cpu": ("fp32", "int8"), "cuda": ("fp32",)}
 def build(build: Build, folder: Path) -> Manifest:
     from encoderrt.compile.export import export_onnx, load_export_model
     from encoderrt.compile.optimize import fuse
-    from encoderrt.compile.quantize import attention_nodes, ffn_down_projections, quantize_int8
+    from encoderrt.compile.quantize import int8_attempts, quantize_int8
 
     source, precision, reporter = build.source, build.options.precision, build.reporter
     exported, optimized, final = build.work / "exported.onnx", build.work / "optimized.onnx", folder / MODEL_FILE
@@ -35,10 +35,7 @@ def build(build: Build, folder: Path) -> Manifest:
         build.require(figures, failures)
         return replace(manifest, parity=figures, target=build.options.target)
     attempts, unsigned = [], not int8_dot_products()
-    down = tuple(ffn_down_projections(optimized))
-    kept_fp32 = {(): "", down: f", {len(down)} FFN down projections kept fp32",
-                 down + tuple(attention_nodes(optimized)): f", {len(down)} FFN down projections and attention kept fp32"}
-    for keep_fp32, kept in kept_fp32.items():
+    for keep_fp32, kept in int8_attempts(optimized):
         detail = "dynamic int8, per channel" + (", uint8 weights (this CPU has no VNNI)" if unsigned else "") + kept
         with reporter.step("quantise", detail):
             quantize_int8(optimized, final, keep_fp32, unsigned)

@@ -77,7 +77,7 @@ def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
         from encoderrt.models.attention import through_attention_interface
 
         through_attention_interface(module, attention)
-    elif architecture.rewrite_attention is not None:
+    if architecture.rewrite_attention is not None:
         architecture.rewrite_attention(module, attention)
     return module
 

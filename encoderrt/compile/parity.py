@@ -18,6 +18,7 @@ from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
+from encoderrt.runtime.throughput import token_batches
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
 PROBE_PASSAGE = (
@@ -187,6 +188,12 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
     return np.concatenate(outputs).astype(np.float32)
 
 
+VERIFY_BATCH_TOKENS = 16384
+"""Padded tokens per verification batch (or two rows of the model's limit, where that is more): every probe of a
+512-token model in one batch, as before; an 8,192-token model's probes in pairs. Padding all of them to its
+limit in one batch asked onnxruntime's attention for 28 GiB."""
+
+
 def engine_outputs(
     manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]],
     pooling_starts: list[int] | None = None,
@@ -196,29 +203,11 @@ def engine_outputs(
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
         encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
-    batched = np.concatenate([backend.run(batch).pooled
-                              for batch in _mixed_batches(encodings, tokenizer.pad, VERIFY_BATCH_TOKENS, manifest.max_length)])
+    # in the probes' order, so short rows are padded beside long ones
+    budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
+    batched = np.concatenate([backend.run(batch).pooled for batch in token_batches(encodings, tokenizer.pad, budget)])
     single = np.concatenate([backend.run(Batch([e], tokenizer.pad)).pooled for e in encodings])
     return batched.astype(np.float32), single.astype(np.float32)
-
-
-VERIFY_BATCH_TOKENS = 16384
-"""Padded tokens per verification batch (or two rows of the model's limit, where that is more): every probe of a
-512-token model in one batch, as before; an 8,192-token model's probes in pairs. Padding all of them to its
-limit in one batch asked onnxruntime's attention for 28 GiB."""
-
-
-def _mixed_batches(rows: list, pad, budget: int, max_length: int) -> list[Batch]:
-    """The rows in their order (short probes beside long ones, so padding is exercised) cut into consecutive
-    batches of at most max(budget, 2 x max_length) padded tokens."""
-    budget = max(budget, 2 * max_length)
-    batches, start, longest = [], 0, 0
-    for end, row in enumerate(rows):
-        longest = max(longest, len(row.ids))
-        if (end + 1 - start) * longest > budget:
-            batches.append(Batch(rows[start:end], pad))
-            start, longest = end, len(row.ids)
-    return batches + [Batch(rows[start:], pad)]
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

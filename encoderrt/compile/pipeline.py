@@ -46,7 +46,7 @@ def _builders() -> dict[str, Builder]:
     return {"cpu": cpu.build, "cuda": cpu.build, "openvino": openvino.build, "tensorrt": tensorrt.build}
 
 
-def _check_transformers(installed: str | None = None) -> None:
+def _check_transformers() -> None:
     """The transformers releases compile works with are the ones the compile extra declares: outside them export
     ends in a traceback deep in tracing (5.5.4: SDPA masks that do not trace; 5.18: rotary fused into an op
     onnxruntime cannot batch), so an installed release outside the range is one line here."""
@@ -56,7 +56,7 @@ def _check_transformers(installed: str | None = None) -> None:
 
     try:
         declared = [Requirement(text) for text in metadata.requires("encoderrt") or ()]
-        installed = installed or metadata.version("transformers")
+        installed = metadata.version("transformers")
     except metadata.PackageNotFoundError:
         return  # not installed as a package (a source tree on the path): nothing declared to check against
     for requirement in declared:

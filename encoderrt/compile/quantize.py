@@ -37,19 +37,28 @@ def quiet_quantizer_logs() -> Iterator[None]:
 
 def ffn_down_projections(model_path: Path) -> list[str]:
     """Names of the MatMuls fed by a GELU: each layer's FFN down projection."""
-    import onnx
-
-    graph = onnx.load(str(model_path), load_external_data=False).graph
+    graph = _graph(model_path)
     gelu_outputs = {out for node in graph.node if node.op_type in _GELU_OPS for out in node.output}
     return [node.name for node in graph.node if node.op_type == "MatMul" and node.input[0] in gelu_outputs]
 
 
-def attention_nodes(model_path: Path) -> list[str]:
-    """Names of the fused attention ops (their Q/K/V projection is the GEMM QAttention would run in int8)."""
+def int8_attempts(model_path: Path) -> Iterator[tuple[tuple[str, ...], str]]:
+    """What each int8 attempt keeps fp32 (node names) and how to say so, in order: nothing; the FFN down
+    projections (SwiGLU families have none, and skip this attempt); those and the fused attention ops. The graph
+    is read only where an earlier attempt missed the floor."""
+    yield (), ""
+    down = tuple(ffn_down_projections(model_path))
+    if down:
+        yield down, f", {len(down)} FFN down projections kept fp32"
+    attention = tuple(node.name for node in _graph(model_path).node if node.op_type == "Attention")
+    if attention:  # (the rotary families' MultiHeadAttention is not quantised: nothing more to keep)
+        yield down + attention, (f", {len(down)} FFN down projections and " if down else ", ") + "attention kept fp32"
+
+
+def _graph(model_path: Path):
     import onnx
 
-    graph = onnx.load(str(model_path), load_external_data=False).graph
-    return [node.name for node in graph.node if node.op_type == "Attention"]
+    return onnx.load(str(model_path), load_external_data=False).graph
 
 
 def quantize_int8(optimized: Path, quantized: Path, keep_fp32: Sequence[str] = (), unsigned_weights: bool = False) -> None:

@@ -46,7 +46,8 @@ class Architecture:
     traced for "onnxruntime" or "sdpa"; None where the exporters' own patterns already fuse it."""
     attention_interface: bool = False
     """For export only: transformers calls this family's attention through its AttentionInterface (rotary
-    families), so export routes it through models/attention.py's one op without code of the family's own."""
+    families), so export routes it through models/attention.py's one op without code of the family's own
+    (before `rewrite_attention`, where a family has one too)."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 

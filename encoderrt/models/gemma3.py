@@ -41,10 +41,7 @@ def _masks(padding: Any, window: int) -> dict[str, Any]:
     return {"full_attention": full, "sliding_attention": torch.where(keys & near, 0.0, blocked)}
 
 
-def _rewrite_attention(model: Any, export: str) -> None:
-    from encoderrt.models.attention import through_attention_interface
-
-    through_attention_interface(model, export)
+def _ready_made_masks(model: Any, export: str) -> None:
     text = next(module for module in model.modules() if type(module).__name__ == "Gemma3TextModel")
     window, forward = text.config.sliding_window, text.forward
 
@@ -63,6 +60,7 @@ ARCHITECTURE = Architecture(
     classifier_input="first_token",
     position_offset_from_padding=False,
     rms_norm=True,
-    rewrite_attention=_rewrite_attention,
+    attention_interface=True,
+    rewrite_attention=_ready_made_masks,
     unsupported=_unsupported,
 )

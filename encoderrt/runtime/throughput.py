@@ -17,16 +17,22 @@ from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.tokenizer import Tokens
 
 
+def token_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Batch]:
+    """The rows in their order cut into consecutive batches of at most `budget` padded tokens (a row longer than
+    the budget alone)."""
+    batches, start, longest = [], 0, 0
+    for end, row in enumerate(rows):
+        longest = max(longest, len(row.ids))
+        if end > start and (end + 1 - start) * longest > budget:
+            batches.append(Batch(rows[start:end], pad))
+            start, longest = end, len(row.ids)
+    return batches + [Batch(rows[start:], pad)] if rows else []
+
+
 def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Batch]:
     """The rows sorted by length and cut into batches of at most `budget` padded tokens, as the scheduler
     forms them from a deep queue (each batch made ready in its backend's layout before any timing)."""
-    ordered = sorted(rows, key=lambda r: len(r.ids))
-    batches, start = [], 0
-    for end in range(1, len(ordered) + 1):
-        if end == len(ordered) or (end - start + 1) * len(ordered[end].ids) > budget:
-            batches.append(Batch(ordered[start:end], pad))
-            start = end
-    return batches
+    return token_batches(sorted(rows, key=lambda r: len(r.ids)), pad, budget)
 
 
 def real_tokens(batches: Sequence[Batch]) -> int:

@@ -3,9 +3,9 @@ and 450-word passages, none of them a calibration text or a parity probe. all-Mi
 verified at min cosine 0.991 once gave 0.977 on such text; the floor users are promised (min cosine 0.98, mean
 0.995) must hold on it, on both CPU targets."""
 
+import heldout_texts
 import pytest
 
-import heldout_texts
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.bench import workloads
 from encoderrt.compile import parity
