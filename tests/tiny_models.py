@@ -198,6 +198,10 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         tokenizer = _byte_level_tokenizer(max_positions)
         config = transformers.EuroBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
                                              num_key_value_heads=small["num_attention_heads"] // 2, **small)
+    elif family == "jina_embeddings_v3":  # XLM-R's tokenizer, rotary, post-norm; its task adapters: task_adapters
+        tokenizer = _unigram_tokenizer(max_positions, "XLMRobertaTokenizerFast")
+        config = transformers.JinaEmbeddingsV3Config(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                                                     **small)
     elif family == "gemma3":  # EmbeddingGemma's: bidirectional, a global layer after each 16-token windowed one
         tokenizer = _byte_level_tokenizer(max_positions)
         head_dim = small["hidden_size"] // small["num_attention_heads"]
@@ -216,6 +220,63 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+JINA_TASKS = ("retrieval.query", "retrieval.passage", "separation", "classification", "text-matching")
+
+
+def task_adapters(folder: Path, tasks: tuple[str, ...] = JINA_TASKS, seed: int = 10,
+                  targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "word_embeddings"),
+                  ranks: tuple[int, ...] = (4, 2)) -> Path:
+    """jina-embeddings-v3's task LoRA beside the weights in `folder`, one PEFT folder per task, saved by PEFT itself
+    (random A and B, ranks taking turns, so each task moves the vectors)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModel
+
+    for i, task in enumerate(tasks):
+        torch.manual_seed(seed + i)
+        rank = ranks[i % len(ranks)]
+        config = LoraConfig(r=rank, lora_alpha=rank + i, target_modules=list(targets), init_lora_weights=False)
+        get_peft_model(AutoModel.from_pretrained(folder), config).save_pretrained(folder / task)
+    return folder
+
+
+JINA_PROMPTS = {"retrieval.query": "Represent the query for retrieving evidence documents: ",
+                "retrieval.passage": "Represent the document for retrieval: ", "separation": "", "classification": "",
+                "text-matching": ""}
+"""jina-embeddings-v3's prompts, one per task (config_sentence_transformers.json)."""
+
+
+def jina_folder(folder: Path, **options) -> Path:
+    """A jina-embeddings-v3-shaped sentence-transformers folder: mean pooling, normalised, a prompt and a LoRA
+    adapter per task."""
+    return task_adapters(sentence_transformers_folder(folder, "mean", normalize=True, family="jina_embeddings_v3",
+                                                      prompts=JINA_PROMPTS, **options))
+
+
+def peft_sentence_transformer(folder: Path, tasks: tuple[str, ...] = JINA_TASKS):
+    """The reference for a folder with task adapters: sentence-transformers' model of it, with PEFT's LoRA layers
+    of every task put into its transformer; returns (model, use(task or None)), which switches PEFT's active
+    adapter (None: none)."""
+    from peft import PeftModel
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    encoder = model[0].auto_model
+    name = {task: task.replace(".", "_") for task in tasks}  # PEFT's adapter names take no dots
+    peft = PeftModel.from_pretrained(encoder, str(folder / tasks[0]), adapter_name=name[tasks[0]])
+    for task in tasks[1:]:
+        peft.load_adapter(str(folder / task), adapter_name=name[task])
+
+    def use(task: str | None) -> None:
+        if task is None:
+            peft.base_model.disable_adapter_layers()
+        else:
+            peft.base_model.enable_adapter_layers()
+            peft.set_adapter(name[task])
+
+    return model, use
 
 
 def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,

@@ -75,6 +75,7 @@ class Build:
             versions=package_versions(_RECORDED_PACKAGES),
             prompts=dict(source.prompts),
             default_prompt_name=source.default_prompt_name,
+            adapters=tuple(adapter.name for adapter in source.adapters),
         )
         values.update(fields)
         return Manifest(**values)

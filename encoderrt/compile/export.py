@@ -17,7 +17,7 @@ from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
 from encoderrt.models.attention import OPSET
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
-from encoderrt.runtime.tokenizer import POOLING_START
+from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, ROW_INPUTS
 
 
 def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.Module:
@@ -36,7 +36,12 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
     model.eval()
     if source.task == "embed":
-        return PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders]).eval()
+        module = PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders])
+        if source.adapters:
+            from encoderrt.compile.lora import with_task_adapters
+
+            module = with_task_adapters(module, model, source.adapters)
+        return module.eval()
     if source.task == "sparse":
         return SpladeEncoder(model, source.pooling).eval()
     return ClassifierLogits(model).eval()
@@ -153,13 +158,13 @@ def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:
     attention_mask[1, 5:] = 0
     input_ids[1, 5:] = int(source.config.get("pad_token_id") or 0)
     example = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids),
-               POOLING_START: torch.tensor([2, 1], dtype=torch.long)}
+               POOLING_START: torch.tensor([2, 1], dtype=torch.long), ADAPTER: torch.tensor([1, 0], dtype=torch.long)}
     return tuple(example[name] for name in source.graph_inputs)
 
 
 def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
     names = list(source.graph_inputs)
-    dynamic_axes = {name: {0: "batch", 1: "sequence"} if name != POOLING_START else {0: "batch"} for name in names}
+    dynamic_axes = {name: {0: "batch"} if name in ROW_INPUTS else {0: "batch", 1: "sequence"} for name in names}
     dynamic_axes[output_name(source)] = {0: "batch"}
     dynamic_axes[TOKEN_EMBEDDINGS] = {0: "batch", 1: "sequence"}
     with warnings.catch_warnings(), torch.inference_mode():

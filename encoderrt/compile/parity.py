@@ -19,7 +19,7 @@ from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.throughput import token_batches
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
 
 PROBE_PASSAGE = (
     "The Amazon rainforest covers much of the Amazon basin of South America. The basin spans seven million "
@@ -188,6 +188,29 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
     return np.concatenate(outputs).astype(np.float32)
 
 
+def _adapted_reference(source: SourceModel, tokenizer: TextTokenizer, texts: list[str]) -> tuple[list[str], list[Tokens], np.ndarray]:
+    """`texts` under each task adapter, with the task's prompt where the folder has one, as the engine feeds them
+    (the rows carry the adapter, and where pooling leaves the prompt out, its length); and the PyTorch model's
+    outputs on them (compile/lora.py's adapters, which the tests hold to PEFT's)."""
+    import torch
+
+    from encoderrt.compile.export import load_torch_model
+
+    module = load_torch_model(source)
+    prompted, rows, outputs = [], [], []
+    with torch.inference_mode():
+        for index, adapter in enumerate(source.adapters, start=1):
+            prompt = source.prompts.get(adapter.name, "")
+            start = tokenizer.prompt_length(prompt) if prompt and not source.include_prompt else 0
+            batch = [row._replace(adapter=index, pooling_start=start)
+                     for row in tokenizer.encode([prompt + text for text in texts])]
+            feeds = tokenizer.pad(batch)
+            outputs.append(module(**{name: torch.from_numpy(value) for name, value in feeds.items()}).numpy())
+            prompted += [prompt + text for text in texts]
+            rows += batch
+    return prompted, rows, np.concatenate(outputs).astype(np.float32)
+
+
 VERIFY_BATCH_TOKENS = 16384
 """Padded tokens per verification batch (or two rows of the model's limit, where that is more): every probe of a
 512-token model in one batch, as before; an 8,192-token model's probes in pairs. Padding all of them to its
@@ -196,13 +219,15 @@ limit in one batch asked onnxruntime's attention for 28 GiB."""
 
 def engine_outputs(
     manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]],
-    pooling_starts: list[int] | None = None,
+    pooling_starts: list[int] | None = None, adapters: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Outputs of the compiled artifact, batched with padding and row by row; both must match."""
     backend = load_backend(manifest, artifact_dir)
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
         encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
+    if adapters:
+        encodings = [row._replace(adapter=adapter) for row, adapter in zip(encodings, adapters)]
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
     batched = np.concatenate([backend.run(batch).pooled for batch in token_batches(encodings, tokenizer.pad, budget)])
@@ -281,6 +306,8 @@ class Probes:
     reference_name: str
     pooling_starts: list[int] | None = None
     """Per text, where pooling starts: after its prompt, where the model leaves prompts out of pooling."""
+    adapters: list[int] | None = None
+    """Per text, its task adapter (the graph's `adapter` input), where the model has them."""
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
@@ -288,13 +315,19 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
-    starts = None
+    starts = adapters = None
     if source.prompts and name.startswith("sentence-transformers"):
         prompted, prompts, outputs = _prompted_reference(source, texts[:6])
         if not source.include_prompt:
             starts = [0] * len(texts) + [tokenizer.prompt_length(prompt) for prompt in prompts]
         texts, reference = texts + prompted, np.concatenate([reference, outputs])
-    return Probes(texts, pairs, reference, name, starts)
+    if source.adapters:
+        adapted, rows, outputs = _adapted_reference(source, tokenizer, texts[:6])
+        if starts is not None:
+            starts += [row.pooling_start for row in rows]
+        adapters = [0] * len(texts) + [row.adapter for row in rows]
+        texts, reference = texts + adapted, np.concatenate([reference, outputs])
+    return Probes(texts, pairs, reference, name, starts, adapters)
 
 
 def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
@@ -308,6 +341,8 @@ def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, prompt in source.prompts.items():
+            if any(adapter.name == name for adapter in source.adapters):
+                continue  # the task's adapter applies too: _adapted_reference's
             prompted += [prompt + text for text in texts]
             prompts += [prompt] * len(texts)
             outputs.append(model.encode(texts, prompt_name=name, batch_size=8, convert_to_numpy=True, show_progress_bar=False))
@@ -317,7 +352,7 @@ def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str
 def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
     batched, single = engine_outputs(manifest, artifact_dir, artifact_tokenizer(manifest, artifact_dir), probes.texts, probes.pairs,
-                                     probes.pooling_starts)
+                                     probes.pooling_starts, probes.adapters)
     figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape), [batched, single],
                                 manifest.target, manifest.activation)
     figures["reference"] = probes.reference_name

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from encoderrt.compile.adapters import TaskAdapter, find_adapters
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, Pooling, Task
-from encoderrt.runtime.tokenizer import POOLING_START
+from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
 
@@ -59,6 +60,8 @@ class SourceModel:
     include_prompt: bool = True
     """False: pooling leaves a prompt's tokens out (the Pooling module's include_prompt), through the graph's
     pooling_start input."""
+    adapters: tuple[TaskAdapter, ...] = ()
+    """Task adapters beside the weights (compile/adapters.py), in the graph with a per-row `adapter` input."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -73,8 +76,10 @@ class SourceModel:
 
     @property
     def graph_inputs(self) -> tuple[str, ...]:
-        """The exported graph's inputs: the family's, and pooling_start where pooling leaves the prompt out."""
-        return self.architecture.input_names + (() if self.include_prompt else (POOLING_START,))
+        """The exported graph's inputs: the family's, pooling_start where pooling leaves the prompt out, and adapter
+        where the folder has task adapters."""
+        return (self.architecture.input_names + (() if self.include_prompt else (POOLING_START,))
+                + ((ADAPTER,) if self.adapters else ()))
 
     @property
     def num_layers(self) -> int:
@@ -302,6 +307,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         include_prompt=include_prompt,
         output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
+        adapters=find_adapters(weights_folder) if task == "embed" else (),
         notes=tuple(notes),
     )
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 from encoderrt.models.architecture import Architecture
 
 
-def _unsupported(config: Mapping[str, Any]) -> str | None:
+def single_segment(config: Mapping[str, Any]) -> str | None:
+    """A config with segments past 0, which a graph without a segment input would serve as segment 0."""
     if int(config.get("type_vocab_size") or 0) > 1:
         return f"type_vocab_size {config['type_vocab_size']} (segment ids past 0 are not compiled)"
     return None
@@ -28,5 +29,5 @@ ARCHITECTURE = Architecture(
     classifier_input="pooler",
     position_offset_from_padding=False,
     attention_interface=True,
-    unsupported=_unsupported,
+    unsupported=single_segment,
 )

@@ -87,6 +87,9 @@ class Manifest:
     prompts: dict[str, str] = field(default_factory=dict)
     """Named prompts from the sentence-transformers folder, prepended to texts (runtime/prompts.py)."""
     default_prompt_name: str | None = None
+    adapters: tuple[str, ...] = ()
+    """Task adapters compiled into the graph (jina-embeddings-v3's LoRA per task), by the name a request gives as
+    its prompt_name; the graph's `adapter` input takes 1 + the index here per row, 0 for none."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -111,6 +114,7 @@ class Manifest:
             values["inputs"] = tuple(values["inputs"])
             values["outputs"] = tuple(values["outputs"])
             values["labels"] = tuple(values.get("labels", ()))
+            values["adapters"] = tuple(values.get("adapters", ()))
             manifest = cls(**values)
         except (TypeError, KeyError) as exc:
             raise ManifestError(f"manifest is malformed: {exc}") from None

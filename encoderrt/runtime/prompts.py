@@ -14,27 +14,39 @@ from encoderrt.runtime.errors import InvalidRequest
 
 
 def resolve_prompt(prompts: Mapping[str, str], default_name: str | None, prompt_name: str | None,
-                   prompt: str | None) -> str:
+                   prompt: str | None, adapters: Sequence[str] = ()) -> str:
     """The prefix for a request, by `SentenceTransformer.encode`'s rule: an explicit `prompt` wins (""
-    turns prompting off), then `prompt_name`, then the default prompt, else none."""
+    turns prompting off), then `prompt_name`, then the default prompt, else none. A task adapter's name
+    (jina-v3's tasks) is a valid prompt_name without a prompt of its own."""
+    if prompt_name is not None and prompt_name not in prompts and prompt_name not in adapters:
+        raise InvalidRequest(f"unknown prompt_name '{prompt_name}'; this model's {_known(prompts, adapters)}")
     if prompt is not None:
         return prompt
-    if prompt_name is not None:
-        if prompt_name not in prompts:
-            known = ", ".join(sorted(prompts)) or "none"
-            raise InvalidRequest(f"unknown prompt_name '{prompt_name}'; this model's prompts are: {known}")
-        return prompts[prompt_name]
-    return prompts[default_name] if default_name else ""
+    name = prompt_name if prompt_name is not None else default_name
+    return prompts.get(name, "") if name else ""
+
+
+def adapter_index(adapters: Sequence[str], default_name: str | None, prompt_name: str | None) -> int:
+    """The graph's `adapter` input for a request: 1 + its task's index in the manifest's adapters, 0 for none."""
+    name = prompt_name if prompt_name is not None else default_name
+    return adapters.index(name) + 1 if name in adapters else 0
 
 
 def default_prompt(manifest: Any, override: str | None) -> str | None:
     """The prompt name a loaded model applies by default: the folder's, or the one the server was told ("" for none)."""
     if override is None:
         return manifest.default_prompt_name
-    if override and override not in manifest.prompts:
-        known = ", ".join(sorted(manifest.prompts)) or "none"
-        raise ValueError(f"default prompt name '{override}' is not one of this model's prompts: {known}")
+    if override and override not in manifest.prompts and override not in manifest.adapters:
+        kind, _, names = _known(manifest.prompts, manifest.adapters).partition(" are: ")
+        raise ValueError(f"default prompt name '{override}' is not one of this model's {kind}: {names}")
     return override or None
+
+
+def _known(prompts: Mapping[str, str], adapters: Sequence[str]) -> str:
+    """"tasks are: ..." (a model with task adapters) or "prompts are: ...", sorted."""
+    if adapters:
+        return f"tasks are: {', '.join(sorted({*prompts, *adapters}))}"
+    return f"prompts are: {', '.join(sorted(prompts)) or 'none'}"
 
 
 def with_prompt(texts: Sequence[str], prefix: str) -> list[str]:

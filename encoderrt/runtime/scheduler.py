@@ -170,7 +170,7 @@ class Scheduler:
             self._submissions += 1
             duplicates = 0
             for index, tokens in enumerate(rows):
-                key = (tuple(tokens.ids), tuple(tokens.type_ids), tokens.pooling_start)
+                key = (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
                 row = self._rows.get(key)
                 if row is None:
                     row = self._rows[key] = _Row(tokens, next(self._seq))

@@ -24,6 +24,11 @@ TOKENIZER_FILE = "tokenizer.json"
 POOLING_START = "pooling_start"
 """The graph input of a model whose pooling leaves the prompt out (sentence-transformers' include_prompt: false):
 per row, the first position pooling counts."""
+ADAPTER = "adapter"
+"""The graph input of a model with task adapters (compile/adapters.py): per row, 1 + the index of its task in the
+manifest's `adapters`, 0 for none."""
+ROW_INPUTS = (POOLING_START, ADAPTER)
+"""Graph inputs of one value per row, each a `Tokens` field of the same name."""
 
 
 class Tokens(NamedTuple):
@@ -33,6 +38,8 @@ class Tokens(NamedTuple):
     type_ids: list[int]
     pooling_start: int = 0
     """Positions before this are attended to but not pooled (the prompt, where the model excludes it)."""
+    adapter: int = 0
+    """The task adapter this row runs with (ADAPTER), 0 for none."""
 
 
 def _load(path: Path) -> Tokenizer:
@@ -181,6 +188,7 @@ class TextTokenizer:
             attention_mask[row, :n] = 1
             token_type_ids[row, :n] = tokens.type_ids
         all_feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        if POOLING_START in self.input_names:
-            all_feeds[POOLING_START] = np.array([tokens.pooling_start for tokens in rows], dtype=np.int64)
+        for name in ROW_INPUTS:
+            if name in self.input_names:
+                all_feeds[name] = np.array([getattr(tokens, name) for tokens in rows], dtype=np.int64)
         return {name: all_feeds[name] for name in self.input_names}

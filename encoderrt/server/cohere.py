@@ -28,13 +28,14 @@ from encoderrt.server.schemas import NonEmpty, RequestBody, requires_one_of
 router = APIRouter(tags=["Cohere"], route_class=BodyRoute)
 
 INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {
-    "search_query": ("search_query", "query"),
-    "search_document": ("search_document", "passage", "document", "corpus"),
+    "search_query": ("search_query", "query", "retrieval.query"),
+    "search_document": ("search_document", "passage", "document", "corpus", "retrieval.passage"),
     "classification": ("classification",),
-    "clustering": ("clustering",),
+    "clustering": ("clustering", "separation"),
 }
-"""Prompt names a folder may use for each of Cohere's input types: the first non-empty one found wins
-(sentence-transformers adds an empty "document" prompt to folders that name theirs "passage")."""
+"""Prompt names a folder may use for each of Cohere's input types (jina-v3's task names last): the first with a
+prompt or a task adapter wins (sentence-transformers adds an empty "document" prompt to folders that name theirs
+"passage")."""
 EMBEDDING_TYPES = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 
 
@@ -76,9 +77,9 @@ def _prompt_name(served: ServedModel, input_type: str | None) -> str | None:
         return None
     if input_type not in INPUT_TYPE_PROMPTS:
         raise InvalidRequest(f"unknown input_type '{input_type}'; expected one of {', '.join([*INPUT_TYPE_PROMPTS, 'image'])}")
-    prompts = served.engine.manifest.prompts
-    found = [name for name in INPUT_TYPE_PROMPTS[input_type] if name in prompts]
-    return next((name for name in found if prompts[name]), found[0] if found else None)
+    prompts, adapters = served.engine.manifest.prompts, served.engine.manifest.adapters
+    found = [name for name in INPUT_TYPE_PROMPTS[input_type] if name in prompts or name in adapters]
+    return next((name for name in found if prompts.get(name) or name in adapters), found[0] if found else None)
 
 
 def _truncation(body: CohereEmbedBody, max_length: int) -> tuple[Truncation, Literal["right", "left"]]:

@@ -66,6 +66,14 @@ def truncation(truncate_prompt_tokens: int | None) -> Truncation:
     return truncate_prompt_tokens
 
 
+def one_of(body: Any, name: str, alias: str) -> Any:
+    """A field a dialect also takes under another name (Jina's `task` for `prompt_name`): either, or both alike."""
+    value, other = getattr(body, name), getattr(body, alias)
+    if value is not None and other is not None and value != other:
+        raise InvalidRequest(f"{name} {value!r} and {alias} {other!r} disagree; give one")
+    return value if value is not None else other
+
+
 def float32_base64(vector: np.ndarray) -> str:
     """A vector as its little-endian float32 bytes in base64, as OpenAI and Cohere send it."""
     return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")

@@ -27,6 +27,8 @@ class EmbeddingsBody(RequestBody):
     truncate_prompt_tokens: int | None = Field(default=None, description="vLLM extension: -1 or unset cuts at the model's limit")
     prompt_name: str | None = Field(default=None, description="encoderrt extension: one of the model's prompts "
                                     "(sentence-transformers' prompt_name); unset: its default prompt")
+    task: str | None = Field(default=None, description="Jina's API (OpenAI clients: extra_body): the task, "
+                             "jina-embeddings-v3's `retrieval.query`, `retrieval.passage`, ...; prompt_name by Jina's name")
 
 
 @router.post("/v1/embeddings")
@@ -35,7 +37,7 @@ async def create_embeddings(body: EmbeddingsBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "embed")
     texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
     engine_request = EmbedRequest(texts, dimensions=body.dimensions, truncate=common.truncation(body.truncate_prompt_tokens),
-                                  token_ids=token_ids, prompt_name=body.prompt_name)
+                                  token_ids=token_ids, prompt_name=common.one_of(body, "prompt_name", "task"))
     completion = await served.engine.arun(engine_request)
     data = [
         {"object": "embedding", "index": i, "embedding": common.encoded(vector, body.encoding_format)}

@@ -1,4 +1,5 @@
-"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE and EuroBERT: every task on tiny random checkpoints, against sentence-transformers
+"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE, EuroBERT and jina-embeddings-v3
+(without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against sentence-transformers
 and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking.
 EmbeddingGemma (an embedder only) with its Dense modules and prompts."""
 
@@ -10,7 +11,8 @@ import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.runtime.manifest import read_manifest
 
-FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2", "nomic_bert", "gte", "eurobert")
+FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2", "nomic_bert", "gte", "eurobert",
+            "jina_embeddings_v3")
 SEGMENTS = ("electra", "nomic_bert")
 """The families whose graphs read segment ids, as BERT's do."""
 PAIRS = tm.PAIRS + [("привет", "как дела мир")]
@@ -108,7 +110,8 @@ def test_positions_count_from_padding_where_the_family_does(artifacts):
     assert limits == dict.fromkeys(FAMILIES, st_limit)
     uncapped = {family: read_manifest(artifacts[family, "score", "cpu"].path).max_length for family in FAMILIES}
     assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64,
-                        "deberta-v2": 64, "nomic_bert": 64, "gte": 64, "eurobert": 64}
+                        "deberta-v2": 64, "nomic_bert": 64, "gte": 64, "eurobert": 64,
+                        "jina_embeddings_v3": 64}
 
 
 def test_modernbert_windows_and_padding(sources, artifacts):

@@ -1,6 +1,7 @@
 """The 2025-26 encoder families served: NomicBERT and EmbeddingGemma embedders with their prompts through the
 OpenAI SDK (prompt_name in extra_body) and Cohere's (input_type), a GTE reranker through Cohere's and the
-Jina/vLLM rerank route, each against sentence-transformers."""
+Jina/vLLM rerank route, each against sentence-transformers; jina-embeddings-v3's task per request through each
+dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task."""
 
 import cohere
 import httpx
@@ -30,13 +31,14 @@ def sources(tiny_dir):
                                                  prompts={"query": "task: search result | query: ",
                                                           "document": "title: none | text: "}),
         "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
+        "jina": tm.jina_folder(root / "jina"),
     }
 
 
 @pytest.fixture(scope="module")
 def url(sources, compile_artifact, tmp_path_factory):
     root = tmp_path_factory.mktemp("served-families")
-    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu"}
+    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu", "jina": "cpu"}
     engines = {name.replace("-", "_"): Engine.load(compile_artifact(source, root / name, target=targets[name]).path)
                for name, source in sources.items()}
     with running_server(create_app(ServerSettings(), ready_registry(**engines))) as served:
@@ -73,3 +75,35 @@ def test_gte_reranker_ranks_as_the_cross_encoder_through_cohere_and_jina(sources
     jina = httpx.post(f"{url}/v1/rerank", json={"model": "gte_reranker", "query": QUERY, "documents": TEXTS}, timeout=60)
     assert jina.status_code == 200, jina.text
     assert [r["index"] for r in jina.json()["results"]] == list(np.argsort(-expected, kind="stable"))
+
+
+def test_jina_v3_takes_its_task_from_each_dialect(sources, url):
+    """OpenAI's extra_body (Jina's API's `task`), Cohere's input_type, TEI's prompt_name; an unknown task, or two
+    names that disagree, is a 400 naming the problem."""
+    model, use = tm.peft_sentence_transformer(sources["jina"])
+    expected = {}
+    for task in ("retrieval.query", "retrieval.passage", "text-matching"):
+        use(task)
+        expected[task] = model.encode(TEXTS, prompt_name=task)
+
+    reply = openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(
+        model="jina", input=TEXTS, extra_body={"task": "text-matching"})
+    served = np.array([item.embedding for item in reply.data], dtype=np.float32)
+    assert cosine_rows(served, expected["text-matching"]).min() >= 0.99999
+
+    client = cohere.ClientV2(base_url=url, api_key="unused")
+    for input_type, task in (("search_query", "retrieval.query"), ("search_document", "retrieval.passage")):
+        embedded = client.embed(model="jina", texts=TEXTS, input_type=input_type, embedding_types=["float"])
+        assert cosine_rows(np.array(embedded.embeddings.float_, dtype=np.float32), expected[task]).min() >= 0.99999
+
+    tei = httpx.post(f"{url}/embed", json={"model": "jina", "inputs": TEXTS, "prompt_name": "retrieval.query"},
+                     timeout=60)
+    assert tei.status_code == 200, tei.text
+    assert cosine_rows(np.array(tei.json(), dtype=np.float32), expected["retrieval.query"]).min() >= 0.99999
+
+    unknown = httpx.post(f"{url}/v1/embeddings", json={"model": "jina", "input": TEXTS, "task": "retrieval"}, timeout=60)
+    assert unknown.status_code == 400 and "unknown prompt_name 'retrieval'; this model's tasks are: " in unknown.text
+    assert "retrieval.passage, retrieval.query" in unknown.text
+    both = httpx.post(f"{url}/v1/embeddings", json={"model": "jina", "input": TEXTS, "task": "retrieval.query",
+                                                    "prompt_name": "separation"}, timeout=60)
+    assert both.status_code == 400 and "prompt_name 'separation' and task 'retrieval.query' disagree" in both.text

@@ -9,7 +9,7 @@ from typing import Generic, TypeVar
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.prompts import resolve_prompt, with_prompt
+from encoderrt.runtime.prompts import adapter_index, resolve_prompt, with_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
 from encoderrt.runtime.requests import NoLongerThan, Truncation, as_texts
 from encoderrt.runtime.tokenizer import POOLING_START, TextTokenizer, Tokens
@@ -76,7 +76,12 @@ class ModelContext:
 
     def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
         """The prefix for a request, by sentence-transformers' rule (runtime/prompts.py)."""
-        return resolve_prompt(self.manifest.prompts, self.default_prompt_name, prompt_name, prompt)
+        return resolve_prompt(self.manifest.prompts, self.default_prompt_name, prompt_name, prompt, self.manifest.adapters)
+
+    def with_adapter(self, rows: list[Tokens], prompt_name: str | None) -> list[Tokens]:
+        """The rows run with the task adapter the prompt name (or the default one) names, where the model has them."""
+        index = adapter_index(self.manifest.adapters, self.default_prompt_name, prompt_name)
+        return [row._replace(adapter=index) for row in rows] if index else rows
 
     def prompted_rows(self, texts: Sequence[str], prefix: str, tokenizer: TextTokenizer, cut: bool,
                       side: str = "right") -> list[Tokens]:

@@ -65,6 +65,7 @@ class EmbedRequest(Request[np.ndarray]):
             merge = counts
         else:
             rows = model.pooled_after(prefix, model.prompted_rows(self.texts, prefix, tokenizer, cut, self.truncation_side))
+        rows = model.with_adapter(rows, self.prompt_name)
 
         def finish(outputs: np.ndarray) -> np.ndarray:
             if merge is not None:

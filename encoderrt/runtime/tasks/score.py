@@ -43,7 +43,7 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
         left = [position[t] for t in firsts]
         right = [position[t] for t in seconds]
         prefix = model.prompt()
-        rows = model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut))  # as encode() would
+        rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
         return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
     specials = tokenizer.pair_special_tokens
     if cut and tokenizer.max_length < specials + 2:

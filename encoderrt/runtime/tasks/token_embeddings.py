@@ -36,7 +36,8 @@ class TokenEmbedRequest(Request[list[np.ndarray]]):
                                  f"{model.manifest.target}, or by an older encoderrt); recompile it for cpu or openvino")
         tokenizer, cut = model.tokenizer_for(self.truncate)
         prefix = model.prompt(self.prompt_name, self.prompt)
-        rows = model.prompted_rows(self.texts, prefix, tokenizer, cut, self.truncation_side)
+        rows = model.with_adapter(model.prompted_rows(self.texts, prefix, tokenizer, cut, self.truncation_side),
+                                  self.prompt_name)
         total = sum(len(row.ids) for row in rows)
         if total > model.max_token_embeddings:
             raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
