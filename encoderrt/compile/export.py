@@ -15,7 +15,7 @@ import torch
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
-from encoderrt.models.attention import OPSET
+from encoderrt.models.attention import OPSET, sdpa_with_padding_masks, set_attention, through_attention_interface
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, ROW_INPUTS
 
@@ -69,19 +69,20 @@ def _feeds(input_ids, attention_mask, token_type_ids) -> dict:
     return feeds
 
 
-def load_export_model(source: SourceModel, attention: str) -> torch.nn.Module:
+def load_export_model(source: SourceModel, attention: str, padding_masks: bool = False) -> torch.nn.Module:
     """The module to export: the reference's, with the family's attention made one op where it needs that.
 
     `attention` is "onnxruntime" (eager attention, fused by onnxruntime's optimizer or exported as its contrib
-    op) or "sdpa" (one SDPA per layer, which OpenVINO and TensorRT fuse).
+    op) or "sdpa" (one SDPA per layer, which OpenVINO and TensorRT fuse). `padding_masks` (OpenVINO): plain
+    bidirectional masks as [B, 1, 1, S] padding, which its SDPA broadcasts, not [B, 1, S, S].
     """
     architecture = source.architecture
     implementation = "sdpa" if attention == "sdpa" and architecture.sdpa else "eager"
     module = load_torch_model(source, attention=implementation)
     if architecture.attention_interface:
-        from encoderrt.models.attention import through_attention_interface
-
-        through_attention_interface(module, attention)
+        through_attention_interface(module, attention, padding_masks)
+    elif implementation == "sdpa" and padding_masks and architecture.rewrite_attention is None:
+        set_attention(module, sdpa_with_padding_masks())
     if architecture.rewrite_attention is not None:
         architecture.rewrite_attention(module, attention)
     return module

@@ -65,7 +65,7 @@ def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
     from encoderrt.compile.export import GraphInputs, example_inputs, load_export_model
 
     ov = _openvino()
-    module = GraphInputs(load_export_model(source, "sdpa"), source)
+    module = GraphInputs(load_export_model(source, "sdpa", padding_masks=True), source)
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         model = ov.convert_model(module, example_input=example_inputs(source))

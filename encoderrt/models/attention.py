@@ -110,9 +110,44 @@ def key_padding_mask(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Ten
     return (keys if keys.dtype == torch.bool else keys == 0).to(torch.int32)
 
 
+def _padding_only(fallback: Any, additive: bool) -> Any:
+    """A mask function for transformers' AttentionMaskInterface that, for plain bidirectional attention (every query
+    sees every real key), returns the padding alone as [B, 1, 1, S], which SDPA broadcasts, instead of `fallback`'s
+    [B, 1, S, S]: OpenVINO computed and kept that one (a lone 8k row: 256 MiB as floats). Windows and other
+    patterns keep `fallback`'s full mask. Not for TensorRT's graph: the standard ONNX Attention op that it is
+    checked on takes no mask it would have to broadcast."""
+    from transformers.masking_utils import bidirectional_mask_function
+
+    def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None,
+             dtype=torch.float32, **kwargs):
+        if mask_function is bidirectional_mask_function and attention_mask is not None and not q_offset and not kv_offset:
+            keys = attention_mask[:, None, None, :kv_length].bool()
+            return torch.where(keys, 0.0, torch.finfo(dtype).min).to(dtype) if additive else keys
+        return fallback(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                        kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask, dtype=dtype,
+                        **kwargs)
+
+    return mask
+
+
 @cache
-def _interface_name(export: AttentionExport) -> str:
-    """The name of the attention implementation for `export`, registered with transformers."""
+def sdpa_with_padding_masks() -> str:
+    """transformers' SDPA attention, registered under a name of its own whose masks are `_padding_only`'s: how
+    OpenVINO's export runs families without an attention rewrite."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    name = "encoderrt_sdpa_padding"
+    AttentionInterface.register(name, sdpa_attention_forward)
+    AttentionMaskInterface.register(name, _padding_only(sdpa_mask, additive=False))
+    return name
+
+
+@cache
+def _interface_name(export: AttentionExport, padding_masks: bool) -> str:
+    """The name of the attention implementation for `export`, registered with transformers; with `padding_masks`,
+    plain bidirectional masks are the padding alone (`_padding_only`)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -127,14 +162,20 @@ def _interface_name(export: AttentionExport) -> str:
         out = biased_attention(q, k, v, None, mask, heads, export, scale=scaling)
         return out.view(batch, sequence, heads, head_dim), None
 
-    name = f"encoderrt_biased_{export}"
+    name = f"encoderrt_biased_{export}" + ("_padding" if padding_masks else "")
     AttentionInterface.register(name, attention)
-    AttentionMaskInterface.register(name, eager_mask)  # the additive float mask eager attention takes
+    # eager's additive float mask
+    AttentionMaskInterface.register(name, _padding_only(eager_mask, additive=True) if padding_masks else eager_mask)
     return name
 
 
-def through_attention_interface(model: Any, export: AttentionExport) -> None:
+def through_attention_interface(model: Any, export: AttentionExport, padding_masks: bool = False) -> None:
     """Route a family's attention through `biased_attention` where transformers calls it through its
-    AttentionInterface (an Architecture's `attention_interface`)."""
-    encoder = next(module for module in model.modules() if hasattr(module, "set_attn_implementation"))
-    encoder.set_attn_implementation(_interface_name(export))
+    AttentionInterface (an Architecture's `attention_interface`); `padding_masks` for SDPA in OpenVINO
+    (`_padding_only`)."""
+    set_attention(model, _interface_name(export, padding_masks))
+
+
+def set_attention(model: Any, name: str) -> None:
+    """Run the transformers model inside `model` with the attention implementation registered as `name`."""
+    next(module for module in model.modules() if hasattr(module, "set_attn_implementation")).set_attn_implementation(name)

@@ -1,7 +1,10 @@
 """Long context: a bge-m3-shaped XLM-R (8,194 positions, CLS pooling, normalised; hidden 64, two layers) compiles
 on both CPU targets (verification batches its probes by tokens: padding them all to 8,192 asked onnxruntime for
 28 GiB), and the engine matches sentence-transformers at 2,048 and 8,192 tokens, in padded batches of mixed
-lengths and row by row."""
+lengths and row by row; a lone 8k row costs OpenVINO at most 1.5x the memory it costs transformers, and auto
+leaves onnxruntime's S x S scores out."""
+
+import os
 
 import numpy as np
 import pytest
@@ -57,3 +60,58 @@ def test_8k_rows_match_sentence_transformers_batched_and_alone(target, source, r
     assert cosine_rows(batched, expected).min() >= 0.99999
     assert cosine_rows(alone, expected).min() >= 0.99999
     assert cosine_rows(expected[3:4], expected[1:2])[0] < 0.9999  # the 8k row is not the 2k row
+
+
+PEAK = """
+import sys
+def status(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key)) / 1024
+kind, path, text = sys.argv[1], sys.argv[2], sys.argv[3]
+if kind == "transformers":
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(path, device="cpu")
+    model.encode(["warm"])
+    run = lambda: model.encode([text])
+else:
+    from encoderrt import Engine
+    engine = Engine.load(path)
+    engine.embed(["warm"])
+    run = lambda: engine.embed([text])
+before = status("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")  # VmHWM from here
+run()
+print(status("VmHWM") - before)
+"""
+
+
+def _peak_increase(kind: str, path, text: str) -> float:
+    """MB that one embedding of `text` adds to the peak resident memory of a process that has already loaded the
+    model and embedded a short text."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PEAK, kind, str(path), text], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CI": "true"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.split()[-1])
+
+
+def test_a_lone_8k_row_takes_openvino_no_more_memory_than_transformers_and_a_half(source, texts, compile_artifact,
+                                                                                  tmp_path_factory):
+    """No [B, 1, S, S] mask per layer: the exported masks are the padding alone, [B, 1, 1, S] (transformers built
+    [B, 1, S, S], 256 MiB of floats at 8k, which OpenVINO computed and kept)."""
+    result = compile_artifact(source, tmp_path_factory.mktemp("long") / "openvino", target="openvino", precision="fp32")
+    reference = _peak_increase("transformers", source, texts[3])
+    engine = _peak_increase("engine", result.path, texts[3])
+    assert engine <= 1.5 * max(reference, 64), (engine, reference)
+
+
+def test_onnxruntime_gives_way_to_openvino_under_auto_for_long_rows(source, compile_artifact, tmp_path_factory, minilm_fp32):
+    """The rule auto applies between built candidates: onnxruntime's CPU attention holds [heads, S, S] scores per row,
+    so from 4,096 tokens on it is not eligible beside OpenVINO, with the size said."""
+    from encoderrt.compile.selection import long_rows_reason
+
+    result = compile_artifact(source, tmp_path_factory.mktemp("long") / "cpu", target="cpu", precision="fp32")
+    assert long_rows_reason(read_manifest(result.path)) == ("onnxruntime's attention holds 1.0 GiB of scores for one "
+                                                            "8192-token row; OpenVINO's streams them")
+    assert long_rows_reason(read_manifest(minilm_fp32.path)) is None
