@@ -94,6 +94,14 @@ def tiny_models(tiny_dir):
 
 
 @pytest.fixture(scope="session")
+def jina_v3(tiny_dir) -> Path:
+    """A tiny jina-embeddings-v3 folder with a PEFT LoRA adapter and a prompt per task (tiny_models.jina_folder)."""
+    import tiny_models as tm
+
+    return tm.jina_folder(tiny_dir / "jina-v3")
+
+
+@pytest.fixture(scope="session")
 def tiny_artifacts(tiny_models, tmp_path_factory, compile_artifact):
     root = tmp_path_factory.mktemp("tiny-artifacts")
     return {name: compile_artifact(source, root / name).path for name, source in tiny_models.items()}

@@ -25,8 +25,8 @@ TASKS = (None, *tm.JINA_TASKS)
 
 
 @pytest.fixture(scope="module")
-def source(tiny_dir):
-    return tm.jina_folder(tiny_dir / "jina-v3")
+def source(jina_v3):
+    return jina_v3
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ QUERY = "which fox is quick"
 
 
 @pytest.fixture(scope="module")
-def sources(tiny_dir):
+def sources(tiny_dir, jina_v3):
     root = tiny_dir / "served-families"
     return {
         "nomic": tm.sentence_transformers_folder(root / "nomic", pooling="mean", normalize=True, family="nomic_bert",
@@ -31,7 +31,7 @@ def sources(tiny_dir):
                                                  prompts={"query": "task: search result | query: ",
                                                           "document": "title: none | text: "}),
         "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
-        "jina": tm.jina_folder(root / "jina"),
+        "jina": jina_v3,
     }
 
 
