@@ -1,12 +1,14 @@
 """DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE, EuroBERT and jina-embeddings-v3
-(without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against sentence-transformers
-and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8 and bf16 keep ranking.
+(without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against
+sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8
+and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
 EmbeddingGemma (an embedder only) with its Dense modules and prompts."""
 
 import numpy as np
 import pytest
 import torch
 
+import heldout_texts
 import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.runtime.manifest import read_manifest
@@ -132,15 +134,17 @@ def test_modernbert_windows_and_padding(sources, artifacts):
     ("deberta-v2", "cpu", "int8"), ("deberta-v2", "openvino", "int8"),
     ("nomic_bert", "cpu", "int8"), ("nomic_bert", "openvino", "int8"), ("gte", "cpu", "int8"),
     ("gte", "openvino", "bf16"), ("eurobert", "cpu", "int8"), ("eurobert", "openvino", "int8"),
+    ("jina_embeddings_v3", "cpu", "int8"), ("jina_embeddings_v3", "openvino", "int8"),
 ])
 def test_lossy_precisions_stay_close_to_sentence_transformers(family, target, precision, sources, compile_artifact, tmp_path):
     from sentence_transformers import SentenceTransformer
 
     result = compile_artifact(sources[family, "embed"], tmp_path / "artifact", target=target, precision=precision)
     assert result.manifest.precision == precision and _fused_attention(result.manifest) == 2
-    reference = SentenceTransformer(str(sources[family, "embed"]), device="cpu").encode(TEXTS)
-    similarity = cosine_rows(run_artifact(result.path, texts=TEXTS), reference)
-    assert similarity.min() >= 0.98 and similarity.mean() >= 0.995
+    texts = TEXTS + list(heldout_texts.TEXTS)  # beside the short ones, text neither calibration nor probes hold
+    reference = SentenceTransformer(str(sources[family, "embed"]), device="cpu").encode(texts)
+    similarity = cosine_rows(run_artifact(result.path, texts=texts), reference)
+    assert similarity.min() >= 0.98 and similarity.mean() >= 0.995, (similarity.min(), similarity.mean())
 
 
 def test_int8_cross_encoder_keeps_ranking(sources, compile_artifact, tmp_path):

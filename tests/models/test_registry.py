@@ -12,7 +12,8 @@ def test_families():
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
     assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert",
-                                       "gemma3_text", "gte", "modernbert", "mpnet", "nomic_bert", "roberta", "xlm-roberta"]
+                                       "gemma3_text", "gte", "jina_embeddings_v3", "modernbert", "mpnet", "nomic_bert",
+                                       "roberta", "xlm-roberta"]
 
 
 def test_config_aliases_fill_the_bert_names():
