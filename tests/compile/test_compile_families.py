@@ -4,11 +4,11 @@ sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, wit
 and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
 EmbeddingGemma (an embedder only) with its Dense modules and prompts."""
 
+import heldout_texts
 import numpy as np
 import pytest
 import torch
 
-import heldout_texts
 import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt.runtime.manifest import read_manifest
