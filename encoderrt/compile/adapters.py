@@ -60,8 +60,8 @@ def _unsupported(config: dict[str, Any]) -> str | None:
         return f"peft_type {config.get('peft_type') if isinstance(config, dict) else None!r} is not LORA"
     if not isinstance(config.get("r"), int) or config["r"] < 1:
         return f"r {config.get('r')!r} is not a positive integer"
-    for name in ("use_dora", "fan_in_fan_out", "lora_bias", "use_qalora", "modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern", "trainable_token_indices",
-                 "target_parameters", "layer_replication"):
+    for name in ("use_dora", "fan_in_fan_out", "lora_bias", "use_qalora", "modules_to_save", "layers_to_transform",
+                 "rank_pattern", "alpha_pattern", "trainable_token_indices", "target_parameters", "layer_replication"):
         if config.get(name):
             return f"{name} is set"
     if config.get("bias", "none") != "none":

@@ -18,6 +18,7 @@ from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
+from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.throughput import token_batches
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
 
@@ -202,11 +203,11 @@ def _adapted_reference(source: SourceModel, tokenizer: TextTokenizer, texts: lis
         for index, adapter in enumerate(source.adapters, start=1):
             prompt = source.prompts.get(adapter.name, "")
             start = tokenizer.prompt_length(prompt) if prompt and not source.include_prompt else 0
-            batch = [row._replace(adapter=index, pooling_start=start)
-                     for row in tokenizer.encode([prompt + text for text in texts])]
+            these = with_prompt(texts, prompt)
+            batch = [row._replace(adapter=index, pooling_start=start) for row in tokenizer.encode(these)]
             feeds = tokenizer.pad(batch)
             outputs.append(module(**{name: torch.from_numpy(value) for name, value in feeds.items()}).numpy())
-            prompted += [prompt + text for text in texts]
+            prompted += these
             rows += batch
     return prompted, rows, np.concatenate(outputs).astype(np.float32)
 

@@ -19,16 +19,17 @@ def resolve_prompt(prompts: Mapping[str, str], default_name: str | None, prompt_
     turns prompting off), then `prompt_name`, then the default prompt, else none. A task adapter's name
     (jina-v3's tasks) is a valid prompt_name without a prompt of its own."""
     if prompt_name is not None and prompt_name not in prompts and prompt_name not in adapters:
-        raise InvalidRequest(f"unknown prompt_name '{prompt_name}'; this model's {_known(prompts, adapters)}")
+        kind, names = _known(prompts, adapters)
+        raise InvalidRequest(f"unknown prompt_name '{prompt_name}'; this model's {kind} are: {names}")
     if prompt is not None:
         return prompt
-    name = prompt_name if prompt_name is not None else default_name
+    name = _named(prompt_name, default_name)
     return prompts.get(name, "") if name else ""
 
 
 def adapter_index(adapters: Sequence[str], default_name: str | None, prompt_name: str | None) -> int:
     """The graph's `adapter` input for a request: 1 + its task's index in the manifest's adapters, 0 for none."""
-    name = prompt_name if prompt_name is not None else default_name
+    name = _named(prompt_name, default_name)
     return adapters.index(name) + 1 if name in adapters else 0
 
 
@@ -37,16 +38,21 @@ def default_prompt(manifest: Any, override: str | None) -> str | None:
     if override is None:
         return manifest.default_prompt_name
     if override and override not in manifest.prompts and override not in manifest.adapters:
-        kind, _, names = _known(manifest.prompts, manifest.adapters).partition(" are: ")
+        kind, names = _known(manifest.prompts, manifest.adapters)
         raise ValueError(f"default prompt name '{override}' is not one of this model's {kind}: {names}")
     return override or None
 
 
-def _known(prompts: Mapping[str, str], adapters: Sequence[str]) -> str:
-    """"tasks are: ..." (a model with task adapters) or "prompts are: ...", sorted."""
+def _named(prompt_name: str | None, default_name: str | None) -> str | None:
+    """The name a request goes by: its own, else the model's default."""
+    return prompt_name if prompt_name is not None else default_name
+
+
+def _known(prompts: Mapping[str, str], adapters: Sequence[str]) -> tuple[str, str]:
+    """What the valid names are called ("tasks" where the model has task adapters, else "prompts"), and them, sorted."""
     if adapters:
-        return f"tasks are: {', '.join(sorted({*prompts, *adapters}))}"
-    return f"prompts are: {', '.join(sorted(prompts)) or 'none'}"
+        return "tasks", ", ".join(sorted({*prompts, *adapters}))
+    return "prompts", ", ".join(sorted(prompts)) or "none"
 
 
 def with_prompt(texts: Sequence[str], prefix: str) -> list[str]:
