@@ -99,6 +99,29 @@ def _byte_level_tokenizer(max_length: int):
     )
 
 
+DECODER_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+
+def _decoder_tokenizer(max_length: int, append_eos: bool = True, padding_side: str = "left"):
+    """Qwen's kind: byte-level BPE whose pad is its end-of-text token, which Qwen3-Embedding's post-processor appends
+    to every text (`append_eos`); padded on the left, as Qwen3's tokenizers are, unless told otherwise."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import Qwen2TokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(DECODER_SPECIAL),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(_corpus() + ["yes", "no"] * 200, trainer)  # the answer tokens of causal-LM rerankers
+    if append_eos:
+        eos = DECODER_SPECIAL[0]
+        tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {eos}", pair=f"$A {eos} $B:1 {eos}:1",
+                                                                 special_tokens=[(eos, 0)])
+    return Qwen2TokenizerFast(tokenizer_object=tokenizer, eos_token=DECODER_SPECIAL[0], pad_token=DECODER_SPECIAL[0],
+                              unk_token=None, bos_token=None, model_max_length=max_length, padding_side=padding_side)
+
+
 def _small(**overrides):
     base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, initializer_range=0.3)
     base.update(overrides)
@@ -148,9 +171,9 @@ def roberta_checkpoint(folder: Path, num_labels: int | None, max_positions: int 
 
 
 def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: int = 0, max_positions: int = 64,
-                      initializer_range: float = 0.3, **sizes) -> Path:
+                      initializer_range: float = 0.3, decoder_tokenizer: dict | None = None, **sizes) -> Path:
     """An encoder or sequence classifier of a family beyond BERT/RoBERTa, each with its own kind of tokenizer;
-    `sizes` override _small's (a base-sized one for benchmarks).
+    `sizes` override _small's (a base-sized one for benchmarks); `decoder_tokenizer`: _decoder_tokenizer's options.
 
     ELECTRA gets an embedding size below the hidden size, so its embedding projection is exercised.
     """
@@ -211,6 +234,13 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
                                                * (small["num_hidden_layers"] // 2),
                                                num_key_value_heads=small["num_attention_heads"] // 2,
                                                query_pre_attn_scalar=head_dim, **small)
+    elif family in ("qwen3", "qwen2", "mistral", "llama"):  # decoders: RMSNorm, rotary, SwiGLU, grouped-query attention
+        tokenizer = _decoder_tokenizer(max_positions, **(decoder_tokenizer or {}))
+        config = getattr(transformers, {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig",
+                                         "llama": "LlamaConfig"}[family])(
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+            num_key_value_heads=small["num_attention_heads"] // 2, head_dim=small["hidden_size"] // small["num_attention_heads"],
+            **({"sliding_window": 16} if family == "mistral" else {}), **small)  # Mistral's window binds past 16 tokens
     else:
         raise ValueError(f"no tiny checkpoint for {family}")
     config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions

@@ -35,6 +35,7 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
     model.eval()
+    model.config.use_cache = False  # a decoder would build a key/value cache that no one reads
     if source.task == "embed":
         module = PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders])
         if source.adapters:
@@ -44,6 +45,8 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         return module.eval()
     if source.task == "sparse":
         return SpladeEncoder(model, source.pooling).eval()
+    if source.architecture.causal:
+        return LastTokenLogits.of(model).eval()
     return ClassifierLogits(model).eval()
 
 
@@ -80,7 +83,7 @@ def load_export_model(source: SourceModel, attention: str, padding_masks: bool =
     implementation = "sdpa" if attention == "sdpa" and architecture.sdpa else "eager"
     module = load_torch_model(source, attention=implementation)
     if architecture.attention_interface:
-        through_attention_interface(module, attention, padding_masks)
+        through_attention_interface(module, attention, padding_masks, architecture.causal)
     elif implementation == "sdpa" and padding_masks and architecture.rewrite_attention is None:
         set_attention(module, sdpa_with_padding_masks())
     if architecture.rewrite_attention is not None:
@@ -127,6 +130,29 @@ class ClassifierLogits(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         return self.classifier(**_feeds(input_ids, attention_mask, token_type_ids)).logits
+
+
+class LastTokenLogits(torch.nn.Module):
+    """A decoder's sequence-classification head on its last non-padding token, as transformers picks it (the last
+    position whose id is not the pad id, so an end-of-text token that doubles as pad is passed over), scored alone:
+    the head's [tokens, labels] for every position is never made."""
+
+    def __init__(self, decoder: torch.nn.Module, head: torch.nn.Module, pad_token_id: int | None):
+        super().__init__()
+        self.decoder = decoder
+        self.head = head
+        self.pad_token_id = pad_token_id
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "LastTokenLogits":
+        return cls(model.base_model, model.score, model.config.pad_token_id)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        real = attention_mask.bool() if self.pad_token_id is None else attention_mask.bool() & (input_ids != self.pad_token_id)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        last = (positions * real.to(positions.dtype)).argmax(dim=-1)
+        return self.head(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
 
 
 class SpladeEncoder(torch.nn.Module):

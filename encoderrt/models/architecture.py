@@ -48,6 +48,10 @@ class Architecture:
     """For export only: transformers calls this family's attention through its AttentionInterface (rotary
     families), so export routes it through models/attention.py's one op without code of the family's own
     (before `rewrite_attention`, where a family has one too)."""
+    causal: bool = False
+    """A decoder (Qwen3): each token attends to those before it. Rows stay right-padded, where a real token never
+    sees padding, so export runs attention causal with no mask (models/attention.py), and the last real token's
+    state is the one that has seen the whole text (`lasttoken` pooling, a causal LM's score)."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 

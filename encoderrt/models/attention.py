@@ -13,6 +13,10 @@ rotated q, k, v and transformers' additive mask (padding, and a layer's window w
 `biased_attention`. The mask must be additive (eager's finite minimum): with a boolean SDPA mask, a
 padded query whose whole window is padding has no key left, OpenVINO's SDPA returns NaN for it, and the
 NaN survives mean pooling (NaN x 0).
+
+Causal families (decoders: Qwen3) get no mask at all: their rows are right-padded, so a real token's causal
+window holds only real tokens, and the op runs causal (onnxruntime's `unidirectional`, SDPA's `is_causal`)
+instead of adding a [B, 1, S, S] mask; a padded position's state is never read.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ def _split(t: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def _sdpa(q, k, v, key_padding_mask, bias, num_heads: int, scale: float | None = None) -> torch.Tensor:
-    """[B, S, H] projections, key_padding_mask [B, S] (1 = attend), bias broadcastable to [B, heads, S, S]."""
+    """[B, S, H] projections, key_padding_mask [B, S] (1 = attend), bias broadcastable to [B, heads, S, S];
+    no bias: causal attention."""
     blocked = torch.finfo(q.dtype).min
-    mask = bias if key_padding_mask is None else (
+    mask = bias if key_padding_mask is None or bias is None else (
         bias + torch.where(key_padding_mask[:, None, None, :].bool(), 0.0, blocked).to(q.dtype))
     out = torch.nn.functional.scaled_dot_product_attention(_split(q, num_heads), _split(k, num_heads),
-                                                           _split(v, num_heads), attn_mask=mask, scale=scale)
+                                                           _split(v, num_heads), attn_mask=mask, scale=scale,
+                                                           is_causal=mask is None)
     return out.transpose(1, 2).reshape(q.shape)
 
 
@@ -66,6 +72,15 @@ def _register() -> None:
     def _(q, k, v, bias, num_heads, scale):
         return torch.empty_like(q)
 
+    @torch.library.custom_op(_TORCH_OP + "_causal", mutates_args=())
+    def causal_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
+                            scale: float) -> torch.Tensor:
+        return _sdpa(q, k, v, None, None, num_heads, scale)
+
+    @causal_attention_op.register_fake
+    def _(q, k, v, num_heads, scale):
+        return torch.empty_like(q)
+
     @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "f")
     def to_onnx(g, q, k, v, key_padding_mask, bias, num_heads, scale):
         no_qkv_bias = symbolic_helper._optional_input_placeholder_tensor(g)
@@ -81,21 +96,32 @@ def _register() -> None:
         out.setType(q.type())
         return out
 
+    @symbolic_helper.parse_args("v", "v", "v", "i", "f")
+    def to_onnx_causal(g, q, k, v, num_heads, scale):
+        out = g.op("com.microsoft::MultiHeadAttention", q, k, v, num_heads_i=num_heads, scale_f=scale, unidirectional_i=1)
+        out.setType(q.type())
+        return out
+
     torch.onnx.register_custom_op_symbolic(_TORCH_OP, to_onnx, OPSET)
+    torch.onnx.register_custom_op_symbolic(_TORCH_OP + "_causal", to_onnx_causal, OPSET)
     torch.onnx.register_custom_op_symbolic(_TORCH_OP + "_unpadded", to_onnx_unpadded, OPSET)
 
 
 def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None,
-                     bias: torch.Tensor, num_heads: int, export: AttentionExport, scale: float | None = None) -> torch.Tensor:
+                     bias: torch.Tensor | None, num_heads: int, export: AttentionExport,
+                     scale: float | None = None) -> torch.Tensor:
     """softmax(scale q k^T + bias) v over unpadded keys (scale 1/sqrt(head_dim) unless given), heads split from and
     merged back into H.
 
-    With no key_padding_mask, the bias alone masks (transformers' additive mask, padding and windows in it).
+    With no key_padding_mask, the bias alone masks (transformers' additive mask, padding and windows in it); with
+    neither, attention is causal (right-padded rows of a decoder).
     """
     if export == "sdpa":
         return _sdpa(q, k, v, key_padding_mask, bias, num_heads, scale)
     _register()
     scale = float(scale if scale is not None else (q.shape[-1] // num_heads) ** -0.5)
+    if bias is None:
+        return torch.ops.encoderrt_export.biased_attention_causal(q, k, v, num_heads, scale)
     if key_padding_mask is None:
         return torch.ops.encoderrt_export.biased_attention_unpadded(q, k, v, bias, num_heads, scale)
     return torch.ops.encoderrt_export.biased_attention(q, k, v, key_padding_mask.to(torch.int32), bias, num_heads, scale)
@@ -130,6 +156,20 @@ def _padding_only(fallback: Any, additive: bool) -> Any:
     return mask
 
 
+def _no_causal_mask(fallback: Any) -> Any:
+    """A mask function that, for plain causal attention, returns no mask: the attention runs causal by itself
+    (`biased_attention` with no bias) over right-padded rows. Windows and other patterns keep `fallback`'s."""
+    from transformers.masking_utils import causal_mask_function
+
+    def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, **kwargs):
+        if mask_function is causal_mask_function and not q_offset and not kv_offset:
+            return None
+        return fallback(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                        kv_offset=kv_offset, mask_function=mask_function, **kwargs)
+
+    return mask
+
+
 @cache
 def sdpa_with_padding_masks() -> str:
     """transformers' SDPA attention, registered under a name of its own whose masks are `_padding_only`'s: how
@@ -145,9 +185,10 @@ def sdpa_with_padding_masks() -> str:
 
 
 @cache
-def _interface_name(export: AttentionExport, padding_masks: bool) -> str:
+def _interface_name(export: AttentionExport, padding_masks: bool, causal: bool) -> str:
     """The name of the attention implementation for `export`, registered with transformers; with `padding_masks`,
-    plain bidirectional masks are the padding alone (`_padding_only`)."""
+    plain bidirectional masks are the padding alone (`_padding_only`); with `causal`, plain causal ones are none
+    (`_no_causal_mask`)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -158,22 +199,26 @@ def _interface_name(export: AttentionExport, padding_masks: bool) -> str:
         if key.shape[1] != heads:
             key, value = (t.repeat_interleave(heads // t.shape[1], dim=1) for t in (key, value))
         q, k, v = (t.transpose(1, 2).reshape(batch, sequence, heads * head_dim) for t in (query, key, value))
-        mask = attention_mask if attention_mask is not None else query.new_zeros((batch, 1, sequence, sequence))
+        if attention_mask is None and causal and getattr(module, "is_causal", False):
+            mask = None
+        else:
+            mask = attention_mask if attention_mask is not None else query.new_zeros((batch, 1, sequence, sequence))
         out = biased_attention(q, k, v, None, mask, heads, export, scale=scaling)
         return out.view(batch, sequence, heads, head_dim), None
 
-    name = f"encoderrt_biased_{export}" + ("_padding" if padding_masks else "")
+    name = f"encoderrt_biased_{export}" + ("_padding" if padding_masks else "") + ("_causal" if causal else "")
     AttentionInterface.register(name, attention)
-    # eager's additive float mask
-    AttentionMaskInterface.register(name, _padding_only(eager_mask, additive=True) if padding_masks else eager_mask)
+    masks = _padding_only(eager_mask, additive=True) if padding_masks else eager_mask  # eager's additive float mask
+    AttentionMaskInterface.register(name, _no_causal_mask(masks) if causal else masks)
     return name
 
 
-def through_attention_interface(model: Any, export: AttentionExport, padding_masks: bool = False) -> None:
+def through_attention_interface(model: Any, export: AttentionExport, padding_masks: bool = False,
+                                causal: bool = False) -> None:
     """Route a family's attention through `biased_attention` where transformers calls it through its
     AttentionInterface (an Architecture's `attention_interface`); `padding_masks` for SDPA in OpenVINO
-    (`_padding_only`)."""
-    set_attention(model, _interface_name(export, padding_masks))
+    (`_padding_only`); `causal` for a decoder family (`_no_causal_mask`)."""
+    set_attention(model, _interface_name(export, padding_masks, causal))
 
 
 def set_attention(model: Any, name: str) -> None:

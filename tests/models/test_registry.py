@@ -12,8 +12,10 @@ def test_families():
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
     assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert",
-                                       "gemma3_text", "gte", "jina_embeddings_v3", "modernbert", "mpnet", "nomic_bert",
-                                       "roberta", "xlm-roberta"]
+                                       "gemma3_text", "gte", "jina_embeddings_v3", "llama", "mistral", "modernbert",
+                                       "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "xlm-roberta"]
+    assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma3_text", "eurobert")] == [
+        True, True, True, True, False, False]
 
 
 def test_config_aliases_fill_the_bert_names():
@@ -35,8 +37,8 @@ def test_expected_gelus_count_the_head():
 
 
 def test_unknown_family_names_the_supported_ones():
-    with pytest.raises(UnsupportedArchitecture, match="model_type 'llama'.*bert, camembert, deberta-v2, distilbert, electra, eurobert"):
-        find_architecture("llama")
+    with pytest.raises(UnsupportedArchitecture, match="model_type 'gpt2'.*bert, camembert, deberta-v2, distilbert, electra, eurobert"):
+        find_architecture("gpt2")
 
 
 def test_family_variants_a_file_cannot_compile_are_named():
