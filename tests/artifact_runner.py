@@ -11,7 +11,7 @@ import numpy as np
 
 from encoderrt.runtime.backends import Batch, load_backend
 from encoderrt.runtime.manifest import read_manifest, sha256_file
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+from encoderrt.runtime.tokenizer import TextTokenizer
 
 
 @lru_cache(maxsize=4)
@@ -20,7 +20,7 @@ def _loaded(artifact: Path, files: tuple[tuple[str, int], ...]):
     modification times): a test running an artifact row by row would otherwise load it for every row (an OpenVINO
     backend compiles its model at each load)."""
     manifest = read_manifest(artifact)
-    tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    tokenizer = TextTokenizer.for_artifact(manifest, artifact)
     return tokenizer, load_backend(manifest, artifact)
 
 

@@ -102,9 +102,10 @@ def _byte_level_tokenizer(max_length: int):
 DECODER_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-def _decoder_tokenizer(max_length: int, append_eos: bool = True, padding_side: str = "left"):
+def _decoder_tokenizer(max_length: int, append_eos: bool = True, padding_side: str = "left", answers: bool = True):
     """Qwen's kind: byte-level BPE whose pad is its end-of-text token, which Qwen3-Embedding's post-processor appends
-    to every text (`append_eos`); padded on the left, as Qwen3's tokenizers are, unless told otherwise."""
+    to every text (`append_eos`); padded on the left, as Qwen3's tokenizers are, unless told otherwise; with "yes" and
+    "no" as tokens of their own (`answers`), which causal-LM rerankers are scored by."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -113,7 +114,7 @@ def _decoder_tokenizer(max_length: int, append_eos: bool = True, padding_side: s
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(DECODER_SPECIAL),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(_corpus() + ["yes", "no"] * 200, trainer)  # the answer tokens of causal-LM rerankers
+    tokenizer.train_from_iterator(_corpus() + (["yes", "no"] * 200 if answers else []), trainer)
     if append_eos:
         eos = DECODER_SPECIAL[0]
         tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {eos}", pair=f"$A {eos} $B:1 {eos}:1",
@@ -331,6 +332,46 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
     if normalize:
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name).save(str(folder))
+    return folder
+
+
+QWEN3_RERANKER_TEMPLATE = (
+    "{%- set instruction = messages | selectattr('role', 'eq', 'system') | map(attribute='content') | first "
+    "| default('Given a web search query, retrieve relevant passages that answer the query') -%}"
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+    "<Instruct>: {{ instruction }}\n"
+    "<Query>: {{ messages | selectattr('role', 'eq', 'query') | map(attribute='content') | first }}\n"
+    "<Document>: {{ messages | selectattr('role', 'eq', 'document') | map(attribute='content') | first }}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+"""Qwen3-Reranker's prompt as a chat template over sentence-transformers' pair roles: a system message (the request's
+prompt) is the instruction, else the model card's default one."""
+
+
+def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320, saved_by_sentence_transformers: bool = True,
+                           chat_template: str | None = QWEN3_RERANKER_TEMPLATE, answers: bool = True) -> Path:
+    """A Qwen3-Reranker-shaped folder: Qwen3ForCausalLM with tied embeddings and the chat template above, saved by
+    sentence-transformers' CrossEncoder (Transformer -> LogitScore on "yes" and "no"), or left bare. Its template
+    alone takes about 200 of the tiny tokenizer's tokens, hence the longer limit."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    tokenizer = _decoder_tokenizer(max_positions, append_eos=False, answers=answers)
+    tokenizer.chat_template = chat_template
+    small = _small()
+    config = transformers.Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=max_positions,
+                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                      bos_token_id=None, num_key_value_heads=small["num_attention_heads"] // 2,
+                                      head_dim=small["hidden_size"] // small["num_attention_heads"],
+                                      tie_word_embeddings=True, **small)
+    bare = folder.with_name(folder.name + "-bare") if saved_by_sentence_transformers else folder
+    transformers.Qwen3ForCausalLM(config).save_pretrained(bare)
+    tokenizer.save_pretrained(bare)
+    if saved_by_sentence_transformers:
+        from sentence_transformers import CrossEncoder
+
+        CrossEncoder(str(bare), device="cpu", local_files_only=True).save(str(folder))
     return folder
 
 

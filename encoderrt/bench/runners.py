@@ -30,7 +30,7 @@ from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+from encoderrt.runtime.tokenizer import TextTokenizer
 
 
 @dataclass
@@ -215,7 +215,7 @@ class RawBackend:
     under the engine's token budget: what the engine's served throughput is divided by (engine efficiency)."""
 
     def __init__(self, artifact: Path, manifest: Manifest, workload: Workload, max_batch_tokens: int):
-        tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+        tokenizer = TextTokenizer.for_artifact(manifest, artifact)
         if workload.reference_pairs:
             firsts, seconds = zip(*workload.reference_pairs)
             rows = tokenizer.encode_pairs(firsts, seconds)

@@ -76,6 +76,7 @@ class Build:
             prompts=dict(source.prompts),
             default_prompt_name=source.default_prompt_name,
             adapters=tuple(adapter.name for adapter in source.adapters),
+            chat_template=source.chat_template,
         )
         values.update(fields)
         return Manifest(**values)

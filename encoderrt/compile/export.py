@@ -27,9 +27,10 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     standard ONNX Attention op that TensorRT fuses.
     """
     from safetensors import SafetensorError
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    loader = {"embed": AutoModel, "sparse": AutoModelForMaskedLM}.get(source.task, AutoModelForSequenceClassification)
+    loader = ({"embed": AutoModel, "sparse": AutoModelForMaskedLM}.get(source.task, AutoModelForSequenceClassification)
+              if source.answer_tokens is None else AutoModelForCausalLM)
     try:
         model = loader.from_pretrained(source.weights_folder, attn_implementation=attention, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
@@ -45,6 +46,8 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         return module.eval()
     if source.task == "sparse":
         return SpladeEncoder(model, source.pooling).eval()
+    if source.answer_tokens is not None:
+        return LastTokenLogits.answering(model, *source.answer_tokens).eval()
     if source.architecture.causal:
         return LastTokenLogits.of(model).eval()
     return ClassifierLogits(model).eval()
@@ -133,9 +136,11 @@ class ClassifierLogits(torch.nn.Module):
 
 
 class LastTokenLogits(torch.nn.Module):
-    """A decoder's sequence-classification head on its last non-padding token, as transformers picks it (the last
-    position whose id is not the pad id, so an end-of-text token that doubles as pad is passed over), scored alone:
-    the head's [tokens, labels] for every position is never made."""
+    """A decoder's head on one token, scored alone (the head's [tokens, labels], or a causal LM's [tokens, vocabulary],
+    for every position is never made): a sequence-classification head on the last non-padding token as transformers
+    picks it (the last position whose id is not the pad id, so an end-of-text token that doubles as pad is passed
+    over); a causal-LM reranker's two answer logits on the last real token, where sentence-transformers' left-padded
+    batch ends."""
 
     def __init__(self, decoder: torch.nn.Module, head: torch.nn.Module, pad_token_id: int | None):
         super().__init__()
@@ -146,6 +151,14 @@ class LastTokenLogits(torch.nn.Module):
     @classmethod
     def of(cls, model: torch.nn.Module) -> "LastTokenLogits":
         return cls(model.base_model, model.score, model.config.pad_token_id)
+
+    @classmethod
+    def answering(cls, model: torch.nn.Module, true_token: int, false_token: int | None) -> "LastTokenLogits":
+        """logit(true) - logit(false) (LogitScore), as one row of the output embeddings: their difference."""
+        rows = model.get_output_embeddings().weight.detach()
+        head = torch.nn.Linear(rows.shape[1], 1, bias=False)
+        head.weight.data = (rows[true_token] - (rows[false_token] if false_token is not None else 0)).unsqueeze(0).clone()
+        return cls(model.base_model, head, None)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

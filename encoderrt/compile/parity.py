@@ -20,7 +20,7 @@ from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.throughput import token_batches
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
+from encoderrt.runtime.tokenizer import TextTokenizer, Tokens
 
 PROBE_PASSAGE = (
     "The Amazon rainforest covers much of the Amazon basin of South America. The basin spans seven million "
@@ -166,8 +166,10 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
         from sentence_transformers import CrossEncoder
 
         model = CrossEncoder(folder, device="cpu", max_length=source.max_length, local_files_only=True)
+        # the plain probes go through without the folder's default prompt
+        unprompted = {"prompt": ""} if source.default_prompt_name else {}
         logits = model.predict(list(zip(*pairs)), batch_size=8, activation_fn=torch.nn.Identity(), convert_to_numpy=True,
-                               show_progress_bar=False)
+                               show_progress_bar=False, **unprompted)
         return np.asarray(logits, dtype=np.float32).reshape(len(pairs[0]), -1), "sentence-transformers CrossEncoder.predict"
     return _transformers_reference(source, texts), "transformers"
 
@@ -317,7 +319,7 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
     starts = adapters = None
-    if source.prompts and name.startswith("sentence-transformers"):
+    if source.prompts and source.task == "embed" and name.startswith("sentence-transformers"):
         prompted, prompts, outputs = _prompted_reference(source, texts[:6])
         if not source.include_prompt:
             starts = [0] * len(texts) + [tokenizer.prompt_length(prompt) for prompt in prompts]
@@ -361,4 +363,4 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
 
 
 def artifact_tokenizer(manifest: Manifest, artifact_dir: Path) -> TextTokenizer:
-    return TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    return TextTokenizer.for_artifact(manifest, artifact_dir)

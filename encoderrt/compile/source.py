@@ -16,8 +16,9 @@ from encoderrt.compile.adapters import TaskAdapter, find_adapters
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
+from encoderrt.runtime.chat_template import ChatTemplate
 from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, Pooling, Task
-from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START
+from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
 
@@ -25,8 +26,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 """In this order: Dense modules (any number) between Pooling and Normalize."""
 _ROLES = {"Transformer": "Transformer", "MLMTransformer": "Transformer", "Pooling": "Pooling", "SpladePooling": "Pooling",
-          "Dense": "Dense", "Normalize": "Normalize"}
-"""sentence-transformers module classes by the role they play; SparseEncoder folders use the MLM/SPLADE ones."""
+          "Dense": "Dense", "Normalize": "Normalize", "LogitScore": "LogitScore"}
+"""sentence-transformers module classes by the role they play; SparseEncoder folders use the MLM/SPLADE ones, a
+causal-LM CrossEncoder a LogitScore after its Transformer."""
 # sentence-transformers names activations by their torch class path.
 _ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax", "Tanh": "tanh",
                                        "ReLU": "relu"}
@@ -62,6 +64,11 @@ class SourceModel:
     pooling_start input."""
     adapters: tuple[TaskAdapter, ...] = ()
     """Task adapters beside the weights (compile/adapters.py), in the graph with a per-row `adapter` input."""
+    answer_tokens: tuple[int, int | None] | None = None
+    """A causal-LM reranker's (true, false) token ids: its score is logit(true) - logit(false) at the last token
+    (sentence-transformers' LogitScore; logit(true) alone without a false token)."""
+    chat_template: ChatTemplate | None = None
+    """The causal-LM reranker's chat template, which its pairs are rendered through."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -114,6 +121,8 @@ class _Modules:
     normalize: bool = False
     sparse: bool = False
     """An MLM transformer with SPLADE pooling (a SparseEncoder folder)."""
+    logit_score_path: str | None = None
+    """A causal LM scored by two of its next-token logits (a CrossEncoder's LogitScore module)."""
 
 
 def _read_modules(folder: Path) -> _Modules | None:
@@ -124,6 +133,11 @@ def _read_modules(folder: Path) -> _Modules | None:
     if not isinstance(entries, list):
         raise InputError(f"{path} is not a list of modules")
     classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
+    if "LogitScore" in classes:
+        if classes != ["Transformer", "LogitScore"]:
+            raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a causal-LM "
+                             "CrossEncoder as Transformer -> LogitScore")
+        return _Modules(entries[0].get("path", ""), logit_score_path=entries[1].get("path", ""))
     for kind in classes:
         if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
@@ -237,8 +251,11 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     _check_weights(weights_folder)
 
     head = [a for a in config.get("architectures") or [] if a.endswith("ForSequenceClassification")]
+    causal_lm = architecture.causal and any(a.endswith("ForCausalLM") for a in config.get("architectures") or [])
     id2label = config.get("id2label") or {}
     num_labels = len(id2label) or int(config.get("num_labels", 2))
+    if causal_lm and not head and (kind == "cross-encoder" or options.task == "score"):
+        head, id2label, num_labels = ["LogitScore"], {0: "score"}, 1  # a reranker read from two next-token logits
     task: Task
     if options.task == "auto" and kind == "sparse-encoder":
         task = "sparse"
@@ -284,7 +301,12 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    prompts, default_prompt_name = _prompts(st_config, config_path) if task == "embed" else ({}, None)
+    prompts, default_prompt_name = _prompts(st_config, config_path) if task in ("embed", "score") else ({}, None)
+    answer_tokens = chat_template = None
+    if head == ["LogitScore"]:
+        answer_tokens = _answer_tokens(folder / modules.logit_score_path if modules and modules.logit_score_path else None,
+                                       weights_folder)
+        chat_template = _chat_template(weights_folder)
     include_prompt = not (task == "embed" and modules and modules.pooling_path
                           and _read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt") is False)
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
@@ -308,8 +330,50 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         adapters=find_adapters(weights_folder) if task == "embed" else (),
+        answer_tokens=answer_tokens,
+        chat_template=chat_template,
         notes=tuple(notes),
     )
+
+
+def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int, int | None]:
+    """The LogitScore module's (true, false) token ids, or, for a bare causal LM, its tokenizer's "yes" and "no",
+    as sentence-transformers' CrossEncoder takes them."""
+    if logit_score is not None:
+        config = _read_json(logit_score / "config.json")
+        true, false = config.get("true_token_id"), config.get("false_token_id")
+        if not isinstance(true, int) or not (false is None or isinstance(false, int)):
+            raise InputError(f"{logit_score / 'config.json'} gives no integer true_token_id (and false_token_id or null)")
+        if config.get("module_input_name", "causal_logits") != "causal_logits":
+            raise InputError(f"the LogitScore module in {logit_score} reads {config['module_input_name']}; encoderrt "
+                             "compiles one that reads the causal LM's logits")
+        return true, false
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(weights_folder / TOKENIZER_FILE))
+    true, false = tokenizer.token_to_id("yes"), tokenizer.token_to_id("no")
+    if true is None or false is None:
+        raise InputError(f"the tokenizer in {weights_folder} has no 'yes' and 'no' tokens, which a causal-LM reranker "
+                         "without a LogitScore module is scored by")
+    return true, false
+
+
+def _chat_template(weights_folder: Path) -> ChatTemplate:
+    """The chat template transformers finds for the folder's tokenizer, and the special tokens it renders with."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(weights_folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load the tokenizer from {weights_folder}: {exc}") from None
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        template = template.get("default")
+    if not isinstance(template, str) or not template.strip():
+        raise InputError(f"the causal-LM reranker in {weights_folder} has no chat template (chat_template.jinja or "
+                         "tokenizer_config.json's chat_template), which its pairs are rendered through")
+    variables = {name: str(value) for name, value in tokenizer.special_tokens_map.items() if isinstance(value, str)}
+    return ChatTemplate(template, variables)
 
 
 def _prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:

@@ -75,15 +75,17 @@ def export_for_tensorrt(source: SourceModel, path: Path) -> None:
     program.save(str(path))
 
 
-def standard_attention_count(path: Path, num_layers: int) -> int:
-    """Count non-causal ONNX Attention ops; anything but one per layer is refused."""
+def standard_attention_count(path: Path, num_layers: int, causal: bool = False) -> int:
+    """Count ONNX Attention ops, causal for a decoder family and non-causal otherwise; anything but one per layer
+    is refused."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
     nodes = [n for n in graph.node if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]
-    causal = [n.name for n in nodes for a in n.attribute if a.name == "is_causal" and a.i]
-    if causal:
-        raise FusionError(f"the TensorRT graph has causal attention in {causal}; encoders need non-causal attention")
+    wrong = [n.name for n in nodes if any(a.name == "is_causal" and a.i for a in n.attribute) != causal]
+    if wrong:
+        kind, family = ("non-causal", "a decoder needs causal") if causal else ("causal", "encoders need non-causal")
+        raise FusionError(f"the TensorRT graph has {kind} attention in {wrong}; {family} attention")
     if len(nodes) != num_layers:
         raise FusionError(f"the TensorRT graph has {len(nodes)} standard Attention ops for {num_layers} layers")
     return len(nodes)
@@ -210,7 +212,7 @@ def _graph(build: Build, folder: Path) -> tuple[Manifest, tuple[str, ...], dict[
         exported = build.work / "exported.onnx" if int8 else final
         with reporter.step("export", f"{source.architecture.name} {source.task}, opset 23 with standard Attention"):
             export_for_tensorrt(source, exported)
-            fused_ops = {"Attention": standard_attention_count(exported, source.num_layers)}
+            fused_ops = {"Attention": standard_attention_count(exported, source.num_layers, source.architecture.causal)}
         graph_target, graph_inputs = "cpu", source.architecture.input_names
     manifest = build.manifest(folder, fused_ops, precision="int8" if int8 else "fp32", target=graph_target,
                               layout=options.layout, model_file=MODEL_FILE, outputs=(source.output_name,))

@@ -41,7 +41,7 @@ from encoderrt.runtime.tasks import (
     TokenEmbedRequest,
     plan,
 )
-from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+from encoderrt.runtime.tokenizer import TextTokenizer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -106,7 +106,7 @@ class Engine:
         """Use `Engine.load`."""
         self.manifest = manifest
         self.stats = EngineStats()
-        self._tokenizer = TextTokenizer(artifact_dir / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+        self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
         threads = BackendOptions(config.intra_op_threads).resolved_threads()
         per_session = BackendOptions(max(1, threads // config.sessions))
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]

@@ -13,6 +13,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from encoderrt.runtime.chat_template import ChatTemplate
+
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
@@ -90,6 +92,8 @@ class Manifest:
     adapters: tuple[str, ...] = ()
     """Task adapters compiled into the graph (jina-embeddings-v3's LoRA per task), by the name a request gives as
     its prompt_name; the graph's `adapter` input takes 1 + the index here per row, 0 for none."""
+    chat_template: ChatTemplate | None = None
+    """A causal-LM reranker's chat template: its pairs are rendered through it (runtime/chat_template.py)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -115,6 +119,9 @@ class Manifest:
             values["outputs"] = tuple(values["outputs"])
             values["labels"] = tuple(values.get("labels", ()))
             values["adapters"] = tuple(values.get("adapters", ()))
+            if values.get("chat_template") is not None:
+                template = values["chat_template"]
+                values["chat_template"] = ChatTemplate(str(template["source"]), dict(template.get("variables") or {}))
             manifest = cls(**values)
         except (TypeError, KeyError) as exc:
             raise ManifestError(f"manifest is malformed: {exc}") from None

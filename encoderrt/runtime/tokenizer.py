@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from encoderrt.runtime.chat_template import ChatTemplate, PairRenderer
 from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -76,7 +77,7 @@ def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
 
 class TextTokenizer:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str],
-                 limit_owner: str = "the model's"):
+                 limit_owner: str = "the model's", chat_template: ChatTemplate | None = None):
         path = Path(tokenizer_file)
         self.path = path
         self.max_length = max_length
@@ -84,7 +85,10 @@ class TextTokenizer:
         """Whose limit max_length is, for the over-long error: the model's, or a request's own."""
         self.pad_token_id = pad_token_id
         self.input_names = tuple(input_names)
+        self.chat_template = chat_template
         self._plain = _load(path)
+        self._renderer = PairRenderer(chat_template, self._plain) if chat_template else None
+        """A causal-LM reranker's pairs go through its chat template (runtime/chat_template.py)."""
         self._truncating = _load(path)
         self._truncating.enable_truncation(max_length, strategy="longest_first")
         self._truncating_left = _load(path)  # keeps a text's end (Cohere's truncate=START, TEI's Left)
@@ -93,12 +97,19 @@ class TextTokenizer:
         self._cut_second.enable_truncation(max_length, strategy="only_second")
         self.pair_special_tokens = self._plain.num_special_tokens_to_add(is_pair=True)
 
+    @classmethod
+    def for_artifact(cls, manifest: Any, artifact_dir: str | Path) -> "TextTokenizer":
+        """The tokenizer an artifact's manifest describes."""
+        return cls(Path(artifact_dir) / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs,
+                   chat_template=manifest.chat_template)
+
     @lru_cache(maxsize=8)
     def limited(self, max_length: int) -> "TextTokenizer":
         """A tokenizer that truncates at `max_length` (<= the model's limit), for per-request truncation."""
         if max_length == self.max_length:
             return self
-        return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names, "the request's")
+        return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names, "the request's",
+                             self.chat_template)
 
     def from_ids(self, token_ids: Sequence[Sequence[int]], vocab_size: int, truncate: bool = True) -> list[Tokens]:
         """Rows from caller-supplied token ids, used as given (special tokens are the caller's)."""
@@ -131,10 +142,22 @@ class TextTokenizer:
         """Each text as consecutive chunks of at most max_length tokens, each with the special tokens."""
         return [[_tokens(e), *map(_tokens, e.overflowing)] for e in _encode_all(self._truncating, texts)]
 
-    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True) -> list[Tokens]:
-        """Encode (query, document) pairs; truncation cuts the document, or both if the query alone is too long."""
+    def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True,
+                     prompt: str = "") -> list[Tokens]:
+        """Encode (query, document) pairs; truncation cuts the document, or both if the query alone is too long.
+
+        `prompt` goes where sentence-transformers' CrossEncoder puts it: in front of each query, or, through a chat
+        template, in a system message (the instruction of Qwen3-Reranker's kind)."""
         if len(firsts) != len(seconds):
             raise ValueError(f"{len(firsts)} first texts for {len(seconds)} second texts")
+        if self._renderer is not None:
+            rows = [Tokens(ids, [0] * len(ids))
+                    for ids in self._renderer.encode(firsts, seconds, self.max_length, truncate, prompt or None)]
+            if not truncate:
+                self._check_lengths(rows)
+            return rows
+        if prompt:
+            firsts = [prompt + first for first in firsts]
         unique_firsts = list(dict.fromkeys(firsts))
         first_encodings = dict(zip(unique_firsts, _encode_all(self._plain, unique_firsts, add_special_tokens=False)))
         second_encodings = _encode_all(self._plain, seconds, add_special_tokens=False)

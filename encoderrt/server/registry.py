@@ -85,7 +85,8 @@ class ModelRegistry:
             task = served.engine.info.task
             if task not in VERB_TASKS[verb]:
                 answers = ", ".join(v for v, tasks in VERB_TASKS.items() if task in tasks)
-                raise InvalidRequest(f"model '{name}' is a {task} model and cannot answer {verb} (it answers {answers})")
+                article = "an" if task[0] in "aeiou" else "a"
+                raise InvalidRequest(f"model '{name}' is {article} {task} model and cannot answer {verb} (it answers {answers})")
             return served
         for task in VERB_TASKS[verb]:
             candidates = [m for m in self._models.values() if m.engine.info.task == task]

@@ -31,6 +31,10 @@ class RerankBody(RequestBody):
     top_n: int | None = None
     return_documents: bool = True
     truncate_prompt_tokens: int | None = None
+    prompt_name: str | None = None
+    """encoderrt extension: one of the reranker's prompts (CrossEncoder.predict's prompt_name)."""
+    prompt: str | None = None
+    """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
 
 
 async def _rerank(body: RerankBody, request: Request) -> Response:
@@ -39,7 +43,8 @@ async def _rerank(body: RerankBody, request: Request) -> Response:
     common.check_items(request, body.documents, "documents")
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
     completion = await served.engine.arun(
-        RerankRequest(body.query, texts, body.top_n, common.truncation(body.truncate_prompt_tokens)))
+        RerankRequest(body.query, texts, body.top_n, common.truncation(body.truncate_prompt_tokens),
+                      prompt_name=body.prompt_name, prompt=body.prompt))
     results = [
         {"index": index, "relevance_score": score, **({"document": {"text": texts[index]}} if body.return_documents else {})}
         for index, score in completion.value

@@ -72,6 +72,10 @@ class TEIRerankBody(RequestBody):
     raw_scores: bool = False
     return_text: bool = False
     truncate: AutoTruncate = True
+    prompt_name: str | None = None
+    """encoderrt extension: one of the reranker's prompts (CrossEncoder.predict's prompt_name)."""
+    prompt: str | None = None
+    """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
 
 
 @router.post("/embed")
@@ -155,7 +159,8 @@ async def rerank_tei(body: TEIRerankBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "rerank")
     common.check_items(request, body.texts, "texts")
     completion = await served.engine.arun(
-        RerankRequest(body.query, body.texts, None, body.truncate, activation=not body.raw_scores))
+        RerankRequest(body.query, body.texts, None, body.truncate, activation=not body.raw_scores,
+                      prompt_name=body.prompt_name, prompt=body.prompt))
     results = [
         {"index": index, "score": score, **({"text": body.texts[index]} if body.return_text else {})}
         for index, score in completion.value

@@ -40,6 +40,10 @@ class ScoreBody(RequestBody):
     truncate_prompt_tokens: int | None = None
     use_activation: bool | None = None
     """vLLM's switch for the model's score activation; false gives raw logits."""
+    prompt_name: str | None = None
+    """encoderrt extension: one of the cross-encoder's prompts (CrossEncoder.predict's prompt_name)."""
+    prompt: str | None = None
+    """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
 
     def pairing(self) -> tuple[str, str]:
         """The one pair of fields this body uses."""
@@ -92,7 +96,8 @@ async def score(body: ScoreBody, request: Request) -> Response:
     firsts, _ = pair_texts(first, second)
     common.check_items(request, firsts, second_field if isinstance(first, str) else first_field)
     completion = await served.engine.arun(ScoreRequest(first, second, common.truncation(body.truncate_prompt_tokens),
-                                                       activation=body.use_activation is not False))
+                                                       activation=body.use_activation is not False,
+                                                       prompt_name=body.prompt_name, prompt=body.prompt))
     data = [{"index": i, "object": "score", "score": value} for i, value in enumerate(completion.value)]
     payload = {"id": common.new_id("score"), "object": "list", "created": int(time.time()), "model": served.name,
                "data": data, "usage": _usage(completion.prompt_tokens)}

@@ -1,7 +1,9 @@
 """The 2025-26 encoder families served: NomicBERT and EmbeddingGemma embedders with their prompts through the
 OpenAI SDK (prompt_name in extra_body) and Cohere's (input_type), a GTE reranker through Cohere's and the
 Jina/vLLM rerank route, each against sentence-transformers; jina-embeddings-v3's task per request through each
-dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task."""
+dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task; the decoders,
+Qwen3-Embedding's kind with its instruction prompt and Qwen3-Reranker's with an instruction per request, on every
+route that serves them."""
 
 import cohere
 import httpx
@@ -32,13 +34,18 @@ def sources(tiny_dir, jina_v3):
                                                           "document": "title: none | text: "}),
         "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
         "jina": jina_v3,
+        "qwen3": tm.sentence_transformers_folder(root / "qwen3", pooling="lasttoken", normalize=True, family="qwen3",
+                                                 prompts={"query": "Instruct: rank passages for the query\nQuery:",
+                                                          "document": ""}),
+        "qwen3-reranker": tm.causal_reranker_folder(root / "qwen3-reranker"),
     }
 
 
 @pytest.fixture(scope="module")
 def url(sources, compile_artifact, tmp_path_factory):
     root = tmp_path_factory.mktemp("served-families")
-    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu", "jina": "cpu"}
+    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu", "jina": "cpu", "qwen3": "openvino",
+               "qwen3-reranker": "cpu"}
     engines = {name.replace("-", "_"): Engine.load(compile_artifact(source, root / name, target=targets[name]).path)
                for name, source in sources.items()}
     with running_server(create_app(ServerSettings(), ready_registry(**engines))) as served:
@@ -107,3 +114,51 @@ def test_jina_v3_takes_its_task_from_each_dialect(sources, url):
     both = httpx.post(f"{url}/v1/embeddings", json={"model": "jina", "input": TEXTS, "task": "retrieval.query",
                                                     "prompt_name": "separation"}, timeout=60)
     assert both.status_code == 400 and "prompt_name 'separation' and task 'retrieval.query' disagree" in both.text
+
+
+def test_qwen3_embedder_answers_with_its_instruction_and_refuses_what_it_cannot_serve(sources, url):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(sources["qwen3"]), device="cpu")
+    reply = openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(
+        model="qwen3", input=TEXTS, extra_body={"prompt_name": "query"}, dimensions=16)
+    served = np.array([item.embedding for item in reply.data], dtype=np.float32)
+    expected = model.encode(TEXTS, prompt_name="query", truncate_dim=16)
+    assert cosine_rows(served, expected).min() >= 0.99999
+    embedded = cohere.ClientV2(base_url=url, api_key="unused").embed(
+        model="qwen3", texts=TEXTS, input_type="search_query", embedding_types=["float"])
+    assert cosine_rows(np.array(embedded.embeddings.float_, dtype=np.float32), model.encode(TEXTS, prompt_name="query")).min() >= 0.99999
+    sparse = httpx.post(f"{url}/embed_sparse", json={"model": "qwen3", "inputs": TEXTS}, timeout=60)
+    assert sparse.status_code == 400 and "model 'qwen3' is an embed model and cannot answer embed_sparse" in sparse.text
+    rerank = httpx.post(f"{url}/v1/rerank", json={"model": "qwen3_reranker", "query": QUERY, "documents": TEXTS,
+                                                  "prompt_name": "query"}, timeout=60)
+    assert rerank.status_code == 400 and "unknown prompt_name 'query'; this model's prompts are: none" in rerank.text
+
+
+def test_qwen3_reranker_takes_an_instruction_on_each_rerank_and_score_route(sources, url):
+    """Cohere's client (the folder's default instruction), Jina's /v1/rerank and TEI's /rerank with `prompt`, vLLM's
+    /score with `prompt` and raw logits, each against CrossEncoder.predict."""
+    from sentence_transformers import CrossEncoder
+
+    model = CrossEncoder(str(sources["qwen3-reranker"]), device="cpu")
+    pairs = [(QUERY, text) for text in TEXTS]
+    instruction = "find the passage about a fox"
+    plain, instructed = model.predict(pairs), model.predict(pairs, prompt=instruction)
+    assert np.abs(plain - instructed).max() > 1e-3
+
+    ranked = cohere.ClientV2(base_url=url, api_key="unused").rerank(model="qwen3_reranker", query=QUERY, documents=TEXTS)
+    np.testing.assert_allclose([r.relevance_score for r in sorted(ranked.results, key=lambda r: r.index)], plain, atol=1e-5)
+    jina = httpx.post(f"{url}/v1/rerank", json={"model": "qwen3_reranker", "query": QUERY, "documents": TEXTS,
+                                                "prompt": instruction}, timeout=60)
+    assert jina.status_code == 200, jina.text
+    np.testing.assert_allclose([r["relevance_score"] for r in sorted(jina.json()["results"], key=lambda r: r["index"])],
+                               instructed, atol=1e-5)
+    tei = httpx.post(f"{url}/rerank", json={"model": "qwen3_reranker", "query": QUERY, "texts": TEXTS,
+                                            "prompt": instruction}, timeout=60)
+    assert tei.status_code == 200, tei.text
+    assert [r["index"] for r in tei.json()] == list(np.argsort(-instructed, kind="stable"))
+    score = httpx.post(f"{url}/v1/score", json={"model": "qwen3_reranker", "text_1": QUERY, "text_2": TEXTS,
+                                                "prompt": instruction, "use_activation": False}, timeout=60)
+    assert score.status_code == 200, score.text
+    logits = model.predict(pairs, prompt=instruction, activation_fn=__import__("torch").nn.Identity())
+    np.testing.assert_allclose([d["score"] for d in score.json()["data"]], logits, atol=1e-3)

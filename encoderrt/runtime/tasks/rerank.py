@@ -22,6 +22,10 @@ class RerankRequest(Request[list[tuple[int, float]]]):
     top_n: int | None = None
     truncate: Truncation = True
     activation: bool = True
+    prompt_name: str | None = None
+    """As ScoreRequest's: one of a cross-encoder's prompts."""
+    prompt: str | None = None
+    """As ScoreRequest's: in front of the query, or a chat-template reranker's instruction."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [self.query, *self.documents]
@@ -33,7 +37,8 @@ class RerankRequest(Request[list[tuple[int, float]]]):
             raise InvalidRequest("documents must be a list of strings")
         documents = as_texts(self.documents, "documents")
         check_count("top_n", self.top_n)
-        scores = plan_pairs(model, [self.query] * len(documents), documents, self.truncate, self.activation)
+        scores = plan_pairs(model, [self.query] * len(documents), documents, self.truncate, self.activation,
+                            self.prompt_name, self.prompt)
 
         def ranked(outputs: np.ndarray) -> list[tuple[int, float]]:
             values = scores.finish(outputs)

@@ -11,6 +11,7 @@ from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+from encoderrt.runtime.tokenizer import TextTokenizer
 
 
 @dataclass(frozen=True)
@@ -22,34 +23,48 @@ class ScoreRequest(Request[list[float]]):
     truncate: Truncation = True
     activation: bool = True
     """False: raw logits, for users who calibrate scores themselves."""
+    prompt_name: str | None = None
+    """One of a cross-encoder's prompts (CrossEncoder.predict's); None: its default prompt, if it has one."""
+    prompt: str | None = None
+    """A prompt given verbatim, over prompt_name: in front of each query, or, for a reranker that renders pairs
+    through its chat template (Qwen3-Reranker), its instruction."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [*([self.text_1] if isinstance(self.text_1, str) else self.text_1),
                 *([self.text_2] if isinstance(self.text_2, str) else self.text_2)]
 
     def plan(self, model: ModelContext) -> Plan[list[float]]:
-        return plan_pairs(model, *pair_texts(self.text_1, self.text_2), self.truncate, self.activation)
+        return plan_pairs(model, *pair_texts(self.text_1, self.text_2), self.truncate, self.activation, self.prompt_name,
+                          self.prompt)
 
 
 def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], truncate: Truncation,
-               activation: bool) -> Plan[list[float]]:
+               activation: bool, prompt_name: str | None = None, prompt: str | None = None) -> Plan[list[float]]:
     """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
     text once and compares by cosine similarity."""
     model.require("score", "score", "embed")
     tokenizer, cut = model.tokenizer_for(truncate)
-    if model.manifest.task == "embed":
-        unique = list(dict.fromkeys(firsts + seconds))
-        position = {text: i for i, text in enumerate(unique)}
-        left = [position[t] for t in firsts]
-        right = [position[t] for t in seconds]
-        prefix = model.prompt()
-        rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
-        return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
+    if model.manifest.task == "score":
+        return _cross_encoded(model, tokenizer, cut, firsts, seconds, activation, model.prompt(prompt_name, prompt))
+    if prompt_name is not None or prompt is not None:
+        raise InvalidRequest("a prompt applies to a cross-encoder's pairs; this embedding model scores by the cosine "
+                             "of its default-prompted embeddings")
+    unique = list(dict.fromkeys(firsts + seconds))
+    position = {text: i for i, text in enumerate(unique)}
+    left = [position[t] for t in firsts]
+    right = [position[t] for t in seconds]
+    prefix = model.prompt()
+    rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
+    return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
+
+
+def _cross_encoded(model: ModelContext, tokenizer: TextTokenizer, cut: bool, firsts: list[str], seconds: list[str],
+                   activation: bool, prompt: str) -> Plan[list[float]]:
     specials = tokenizer.pair_special_tokens
-    if cut and tokenizer.max_length < specials + 2:
+    if cut and tokenizer.chat_template is None and tokenizer.max_length < specials + 2:
         raise InvalidRequest(f"truncation length {tokenizer.max_length} leaves no room for a pair: its special tokens "
                              f"alone take {specials}; choose at least {specials + 2}")
-    rows = tokenizer.encode_pairs(firsts, seconds, cut)
+    rows = tokenizer.encode_pairs(firsts, seconds, cut, prompt)
     apply = ACTIVATIONS[model.manifest.activation] if activation else ACTIVATIONS["identity"]
     return Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())
 
