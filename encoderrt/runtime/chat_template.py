@@ -95,6 +95,11 @@ class PairRenderer:
         return cut
 
     @lru_cache(maxsize=64)
+    def overhead(self, instruction: str | None) -> int:
+        """The tokens the template takes around an empty pair."""
+        return len(self._tokenizer.encode(self.render("", "", instruction), add_special_tokens=False).ids)
+
+    @lru_cache(maxsize=64)
     def tail(self, instruction: str | None) -> list[int]:
         """The ids every render ends with whatever the pair holds: the common end of two renders with different
         fillers, [] where the renders never differ (nothing of the pair in them) or share nothing."""

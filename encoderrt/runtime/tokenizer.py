@@ -175,6 +175,12 @@ class TextTokenizer:
             self._check_lengths(pairs)
         return pairs
 
+    def pair_overhead(self, prompt: str = "") -> tuple[int, str]:
+        """The tokens a pair takes besides its texts, and what takes them: the special tokens, or the chat template."""
+        if self._renderer is not None:
+            return self._renderer.overhead(prompt or None), "the chat template"
+        return self.pair_special_tokens, "its special tokens"
+
     def decode(self, batch: Sequence[Sequence[int]], vocab_size: int, skip_special_tokens: bool = True) -> list[str]:
         for index, ids in enumerate(batch):
             check_token_ids(index, ids, vocab_size)

@@ -15,6 +15,7 @@ import torch
 import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact
 from encoderrt import Engine
+from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import read_manifest
 
 QWEN3_PROMPTS = {"query": "Instruct: rank passages for the query\nQuery:", "document": ""}
@@ -178,6 +179,10 @@ def test_causal_lm_reranker_matches_the_cross_encoder(folder, target, rerankers,
         assert np.abs(expected - model.predict(RERANK_PAIRS)).max() > 1e-3  # the instruction made a difference
         assert expected.std() > 0.01
         cut = engine.tokenize(queries[-1], documents[-1])  # rendered, cut at the limit, the assistant's turn restored
+        empty = model.tokenizer.apply_chat_template([{"role": "query", "content": ""}, {"role": "document", "content": ""}],
+                                                    tokenize=True, return_dict=True)["input_ids"]
+        with pytest.raises(InvalidRequest, match=f"the chat template alone take {len(empty)} tokens"):
+            engine.score(queries[0], documents[0], truncate=len(empty))  # a length the template alone fills
     reference = model.preprocess([RERANK_PAIRS[-1]])["input_ids"][0].tolist()
     assert len(cut) == manifest.max_length == 320 and cut == reference
     assert model.tokenizer.decode(cut).endswith("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n")

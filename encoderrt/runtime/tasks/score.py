@@ -60,10 +60,10 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
 
 def _cross_encoded(model: ModelContext, tokenizer: TextTokenizer, cut: bool, firsts: list[str], seconds: list[str],
                    activation: bool, prompt: str) -> Plan[list[float]]:
-    specials = tokenizer.pair_special_tokens
-    if cut and tokenizer.chat_template is None and tokenizer.max_length < specials + 2:
-        raise InvalidRequest(f"truncation length {tokenizer.max_length} leaves no room for a pair: its special tokens "
-                             f"alone take {specials}; choose at least {specials + 2}")
+    overhead, what = tokenizer.pair_overhead(prompt)
+    if cut and tokenizer.max_length < overhead + 2:
+        raise InvalidRequest(f"truncation length {tokenizer.max_length} leaves no room for a pair: {what} alone take "
+                             f"{overhead} tokens; choose at least {overhead + 2}")
     rows = tokenizer.encode_pairs(firsts, seconds, cut, prompt)
     apply = ACTIVATIONS[model.manifest.activation] if activation else ACTIVATIONS["identity"]
     return Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())
