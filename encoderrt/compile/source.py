@@ -26,9 +26,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 """In this order: Dense modules (any number) between Pooling and Normalize."""
 _ROLES = {"Transformer": "Transformer", "MLMTransformer": "Transformer", "Pooling": "Pooling", "SpladePooling": "Pooling",
-          "Dense": "Dense", "Normalize": "Normalize", "LogitScore": "LogitScore"}
-"""sentence-transformers module classes by the role they play; SparseEncoder folders use the MLM/SPLADE ones, a
-causal-LM CrossEncoder a LogitScore after its Transformer."""
+          "Dense": "Dense", "Normalize": "Normalize"}
+"""sentence-transformers module classes by the role they play; SparseEncoder folders use the MLM/SPLADE ones (a
+causal-LM CrossEncoder's Transformer -> LogitScore is read on its own, _read_modules)."""
 # sentence-transformers names activations by their torch class path.
 _ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identity", "Softmax": "softmax", "Tanh": "tanh",
                                        "ReLU": "relu"}

@@ -60,7 +60,7 @@ def _compiled(source: str) -> Any:
 
 
 class PairRenderer:
-    """Token ids of pairs rendered through one template, with sentence-transformers' truncation rule."""
+    """Pairs rendered through one template, and their ids cut by sentence-transformers' rule."""
 
     def __init__(self, template: ChatTemplate, tokenizer: Tokenizer):
         self.template = template
@@ -76,14 +76,11 @@ class PairRenderer:
         except jinja2.exceptions.TemplateError as exc:
             raise InvalidRequest(f"the model's chat template refused this pair: {exc}") from None
 
-    def encode(self, firsts: Sequence[str], seconds: Sequence[str], max_length: int, truncate: bool,
-               instruction: str | None = None) -> list[list[int]]:
-        """Each pair's ids; past `max_length` cut there (or, without truncation, returned whole for the caller to
-        refuse), and a row that reaches `max_length` ends with the template's tail."""
-        texts = [self.render(query, document, instruction) for query, document in zip(firsts, seconds)]
-        rows = [encoding.ids for encoding in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
-        if not truncate:
-            return rows
+    def render_pairs(self, firsts: Sequence[str], seconds: Sequence[str], instruction: str | None = None) -> list[str]:
+        return [self.render(query, document, instruction) for query, document in zip(firsts, seconds)]
+
+    def cut(self, rows: Sequence[list[int]], max_length: int, instruction: str | None = None) -> list[list[int]]:
+        """Rendered pairs' ids cut at `max_length`, a row that reaches it ending with the template's tail."""
         tail = self.tail(instruction)
         cut = []
         for ids in rows:

@@ -151,8 +151,11 @@ class TextTokenizer:
         if len(firsts) != len(seconds):
             raise ValueError(f"{len(firsts)} first texts for {len(seconds)} second texts")
         if self._renderer is not None:
-            rows = [Tokens(ids, [0] * len(ids))
-                    for ids in self._renderer.encode(firsts, seconds, self.max_length, truncate, prompt or None)]
+            instruction = prompt or None
+            texts = self._renderer.render_pairs(firsts, seconds, instruction)
+            ids = [encoding.ids for encoding in _encode_all(self._plain, texts, add_special_tokens=False)]
+            rows = [Tokens(row, [0] * len(row))
+                    for row in (self._renderer.cut(ids, self.max_length, instruction) if truncate else ids)]
             if not truncate:
                 self._check_lengths(rows)
             return rows
