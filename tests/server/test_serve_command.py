@@ -1,4 +1,5 @@
-"""`encoderrt serve` as a user runs it: compile-on-first-use into the cache, readiness, SIGTERM."""
+"""`encoderrt serve` as a user runs it: compile-on-first-use into the cache (the bundled model's candidates measured
+and the fastest exact one kept), readiness, SIGTERM."""
 
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.bench import workloads
+from encoderrt.runtime.backends import openvino as openvino_backend
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.postprocess import cosine_pairs
 from server_helpers import free_port, metric, wait_for
@@ -43,6 +45,22 @@ def _wait_healthy(process, url, timeout=180, bodies=None):
             return statuses
         time.sleep(0.1)
     raise AssertionError("server never became healthy")
+
+
+def _chosen_by_measurement(manifest, log: str) -> None:
+    """The bundled default (--target auto --precision auto) is the fastest candidate measured here of those that
+    are exact or lossless, each candidate's speed in the log."""
+    chosen = manifest.selection["chosen"]
+    assert (chosen["target"], chosen["precision"]) == (manifest.target, manifest.precision)
+    assert f"note: chosen {manifest.precision} on {manifest.target}: " in log
+    for candidate in manifest.selection["candidates"]:
+        assert candidate["eligible"] is (candidate["precision"] == "fp32" or candidate["lossless"])
+        assert f"{candidate['precision']} on {candidate['target']}: {candidate['tokens_per_s']:.0f} tokens/s" in log
+    assert chosen["tokens_per_s"] == max(c["tokens_per_s"] for c in manifest.selection["candidates"] if c["eligible"])
+    if openvino_backend.native_bf16():
+        assert ("openvino", "bf16") in {(c["target"], c["precision"]) for c in manifest.selection["candidates"]}
+    if manifest.precision == "bf16":
+        assert manifest.parity["min_cosine"] >= 0.9999
 
 
 def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path):
@@ -88,6 +106,7 @@ def test_bundled_model_compiles_once_then_serves_and_drains_on_sigterm(tmp_path)
         assert process.wait(60) == 0
         log = process.stdout.read()
         assert "all-MiniLM-L6-v2: ✓ export" in log and "all-MiniLM-L6-v2: ✓ verify" in log  # compile-model's steps
+        _chosen_by_measurement(read_manifest(artifact), log)
     finally:
         if process.poll() is None:
             process.kill()
