@@ -40,9 +40,10 @@ def _special_vocab(special: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(special.values()))
 
 
-def _wordpiece_tokenizer(max_length: int, wrapper: str = "BertTokenizerFast", special: dict[str, str] = _BERT_SPECIAL):
+def _wordpiece_tokenizer(max_length: int, wrapper: str = "BertTokenizerFast", special: dict[str, str] = _BERT_SPECIAL,
+                         extra: tuple[str, ...] = ()):
     """WordPiece over a fixed vocabulary (characters, continuation pieces, whole words), BERT's [CLS] A [SEP] B [SEP]
-    or, with RoBERTa's special tokens (MPNet), <s> A </s></s> B </s>.
+    or, with RoBERTa's special tokens (MPNet), <s> A </s></s> B </s>; `extra` tokens at the end of the vocabulary.
 
     The tokenizers WordPiece trainer breaks ties in hash order, so a trained vocabulary (and
     with it every test figure) would change from run to run; an explicit one does not.
@@ -53,7 +54,7 @@ def _wordpiece_tokenizer(max_length: int, wrapper: str = "BertTokenizerFast", sp
     normalizer = normalizers.BertNormalizer(lowercase=True)
     words = sorted({w for text in _corpus() for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(normalizer.normalize_str(text))})
     chars = sorted({c for w in words for c in w})
-    vocab = _special_vocab(special) + chars + [f"##{c}" for c in chars] + [w for w in words if len(w) > 1]
+    vocab = _special_vocab(special) + chars + [f"##{c}" for c in chars] + [w for w in words if len(w) > 1] + list(extra)
     ids = {token: i for i, token in enumerate(vocab)}
     tokenizer = Tokenizer(models.WordPiece(ids, unk_token=special["unk_token"]))
     tokenizer.normalizer = normalizer
@@ -129,13 +130,14 @@ def _small(**overrides):
     return base
 
 
-def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 64, seed: int = 0, **sizes) -> Path:
+def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 64, seed: int = 0,
+                    extra_tokens: tuple[str, ...] = (), **sizes) -> Path:
     """A BERT encoder (num_labels None) or sequence classifier with a WordPiece tokenizer; `sizes` override _small's."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
-    tokenizer = _wordpiece_tokenizer(max_positions)
+    tokenizer = _wordpiece_tokenizer(max_positions, extra=extra_tokens)
     config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=max_positions, **_small(**sizes),
                         **({"num_labels": num_labels} if num_labels else {}))
     model = BertForSequenceClassification(config) if num_labels else BertModel(config)
@@ -391,3 +393,37 @@ def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int
     modules = [MLMTransformer(str(mlm_folder), max_seq_length=48), SpladePooling(pooling_strategy, activation_function=activation)]
     SparseEncoder(modules=modules, device="cpu").save(str(folder))
     return folder
+
+
+def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict | None = None,
+                   query_length: int | None = None, document_length: int | None = 40,
+                   skiplist: tuple[str, ...] | None = None, prompts: dict[str, str] | None = None,
+                   similarity: str | None = None, **sizes) -> Path:
+    """A sentence-transformers MultiVectorEncoder (ColBERT) folder, saved by sentence-transformers: a tiny BERT whose
+    vocabulary has punctuation, a Dense projection of every token to `dim`, and a MultiVectorMask skipping
+    punctuation in documents; queries expanded with [MASK] to 16 tokens, not attended to (classic ColBERT), unless
+    `expansion` says otherwise ({} turns it off); "[Q] " / "[D] " prompts; MaxSim unless `similarity` says
+    "meanmaxsim"; `sizes` override the encoder's (_small's)."""
+    import string
+
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Dense, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    base = bert_checkpoint(folder.with_name(folder.name + "-base"), num_labels=None, seed=seed,
+                           extra_tokens=tuple(string.punctuation), **sizes)
+    expansion = {"strategy": "fixed", "attend": False, "length": 16} if expansion is None else expansion or None
+    transformer = Transformer(str(base), query_length=query_length, document_length=document_length,
+                              query_expansion=expansion)
+    torch.manual_seed(seed)
+    dense = Dense(transformer.get_embedding_dimension(), dim, bias=False, activation_function=torch.nn.Identity(),
+                  module_input_name="token_embeddings", module_output_name="token_embeddings")
+    mask = MultiVectorMask(skiplist_words=list(string.punctuation) if skiplist is None else list(skiplist))
+    model = MultiVectorEncoder(modules=[transformer, dense, mask], device="cpu",
+                               prompts={"query": "[Q] ", "document": "[D] "} if prompts is None else prompts)
+    if similarity:
+        model.similarity_fn_name = similarity
+    model.save(str(folder))
+    return folder
+

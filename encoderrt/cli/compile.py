@@ -91,7 +91,8 @@ def summary(manifest, path: Path) -> str:
         f"task       {manifest.task}"
         + (f", {manifest.pooling} pooling, normalize={manifest.normalize}, dim {manifest.shape.output_dim}"
            if manifest.task == "embed" else f", {manifest.pooling}, vocabulary {manifest.shape.output_dim}"
-           if manifest.task == "sparse" else f", activation {manifest.activation}, labels {list(manifest.labels)}"),
+           if manifest.task == "sparse" else f", a {manifest.shape.output_dim}-wide vector per token"
+           if manifest.task == "multi_vector" else f", activation {manifest.activation}, labels {list(manifest.labels)}"),
         f"precision  {manifest.precision} on {manifest.target}" + (", packed" if manifest.layout == "packed" else "")
         + f", max length {manifest.max_length}",
         f"fused ops  {', '.join(f'{op} {n}' for op, n in manifest.fused_ops.items())}",

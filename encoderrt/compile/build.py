@@ -77,6 +77,7 @@ class Build:
             default_prompt_name=source.default_prompt_name,
             adapters=tuple(adapter.name for adapter in source.adapters),
             chat_template=source.chat_template,
+            multi_vector=source.multi_vector,
         )
         values.update(fields)
         return Manifest(**values)

@@ -29,7 +29,8 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     from safetensors import SafetensorError
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    loader = ({"embed": AutoModel, "sparse": AutoModelForMaskedLM}.get(source.task, AutoModelForSequenceClassification)
+    bare = {"embed": AutoModel, "multi_vector": AutoModel, "sparse": AutoModelForMaskedLM}
+    loader = (bare.get(source.task, AutoModelForSequenceClassification)
               if source.answer_tokens is None else AutoModelForCausalLM)
     try:
         model = loader.from_pretrained(source.weights_folder, attn_implementation=attention, dtype=torch.float32)
@@ -46,6 +47,10 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         return module.eval()
     if source.task == "sparse":
         return SpladeEncoder(model, source.pooling).eval()
+    if source.task == "multi_vector":
+        from encoderrt.compile.multi_vector import token_dense
+
+        return TokenVectors(model, [token_dense(path) for path in source.dense_folders]).eval()
     if source.answer_tokens is not None:
         return LastTokenLogits.answering(model, *source.answer_tokens).eval()
     if source.architecture.causal:
@@ -103,7 +108,7 @@ class GraphInputs(torch.nn.Module):
         super().__init__()
         self.module = module
         self.names = source.graph_inputs
-        self.options = {"with_token_embeddings": True} if TOKEN_EMBEDDINGS in source.graph_outputs else {}
+        self.options = {"with_token_embeddings": True} if source.task == "embed" else {}
 
     def forward(self, *inputs):
         return self.module(**dict(zip(self.names, inputs)), **self.options)
@@ -124,6 +129,22 @@ class PooledEncoder(torch.nn.Module):
         for module in self.dense:
             pooled = module({"sentence_embedding": pooled})["sentence_embedding"]
         return (pooled, hidden) if with_token_embeddings else pooled
+
+
+class TokenVectors(torch.nn.Module):
+    """A multi-vector model: the encoder, then the Dense projections of every token ([rows, width, dim]);
+    normalising and the per-side masks are the runtime's (compile/multi_vector.py)."""
+
+    def __init__(self, encoder: torch.nn.Module, dense: list[torch.nn.Module]):
+        super().__init__()
+        self.encoder = encoder
+        self.dense = torch.nn.ModuleList(dense)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        vectors = self.encoder(**_feeds(input_ids, attention_mask, token_type_ids)).last_hidden_state
+        for module in self.dense:
+            vectors = module({"token_embeddings": vectors})["token_embeddings"]
+        return vectors
 
 
 class ClassifierLogits(torch.nn.Module):

@@ -99,7 +99,7 @@ LOSSLESS: dict[str, Tolerance] = {
 
 def _kind(task: str) -> str:
     """Vectors (dense or sparse) compare by cosine, scores by their values and ranks."""
-    return "embed" if task in ("embed", "sparse") else "logits"
+    return "embed" if task in ("embed", "sparse", "multi_vector") else "logits"
 
 
 def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
@@ -175,6 +175,7 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
 
 
 def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray:
+    """The PyTorch module's outputs; a multi-vector model's are every real token's vector, the probes' end to end."""
     import torch
     from transformers import AutoTokenizer
 
@@ -187,7 +188,10 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
     with torch.inference_mode():
         for start in range(0, len(texts), 8):
             batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length, return_tensors="pt")
-            outputs.append(module(**{name: batch[name] for name in names if name in batch}).numpy())
+            result = module(**{name: batch[name] for name in names if name in batch}).numpy()
+            if source.task == "multi_vector":
+                result = result[batch["attention_mask"].numpy().astype(bool)]
+            outputs.append(result)
     return np.concatenate(outputs).astype(np.float32)
 
 
@@ -233,9 +237,18 @@ def engine_outputs(
         encodings = [row._replace(adapter=adapter) for row, adapter in zip(encodings, adapters)]
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
-    batched = np.concatenate([backend.run(batch).pooled for batch in token_batches(encodings, tokenizer.pad, budget)])
-    single = np.concatenate([backend.run(Batch([e], tokenizer.pad)).pooled for e in encodings])
+    batched = np.concatenate([_rows(backend.run(batch).pooled, batch, manifest)
+                              for batch in token_batches(encodings, tokenizer.pad, budget)])
+    single = np.concatenate([_rows(backend.run(batch).pooled, batch, manifest)
+                             for batch in (Batch([e], tokenizer.pad) for e in encodings)])
     return batched.astype(np.float32), single.astype(np.float32)
+
+
+def _rows(outputs: np.ndarray, batch: Batch, manifest: Manifest) -> np.ndarray:
+    """A batch's outputs, one per row; a multi-vector model's, one per real token, the padding's left out."""
+    if manifest.task != "multi_vector":
+        return outputs
+    return np.concatenate([vectors[: len(row.ids)] for vectors, row in zip(outputs, batch.rows)])
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

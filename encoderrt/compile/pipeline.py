@@ -113,6 +113,8 @@ def _choose(candidates: list[Candidate], build: Build, builders: dict[str, Build
 
 def _check_tensorrt(options: CompileOptions, source: SourceModel) -> None:
     """Fail before any work when the TensorRT engine cannot be built here, or not for this model."""
+    if source.task == "multi_vector":
+        raise InputError("the tensorrt target does not compile multi-vector models yet; use --target cpu or openvino")
     if not source.include_prompt:
         raise InputError("the tensorrt target does not compile pooling that leaves the prompt out (include_prompt: "
                          "false) yet; use --target cpu or openvino")

@@ -17,10 +17,10 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.chat_template import ChatTemplate
-from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, Pooling, Task
+from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, MultiVector, Pooling, Task
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
 
-SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "transformers"]
+SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "multi-vector-encoder", "transformers"]
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
@@ -34,6 +34,8 @@ _ACTIVATIONS: dict[str, Activation] = {"Sigmoid": "sigmoid", "Identity": "identi
                                        "ReLU": "relu"}
 # tokenizers without a limit report model_max_length as a huge sentinel.
 _NO_LIMIT = 1_000_000
+_HEADED = ("score", "classify", "sparse")
+"""Tasks whose graph ends in a head with an activation and labels (sparse: the MLM head, labels unused)."""
 
 
 @dataclass(frozen=True)
@@ -69,16 +71,21 @@ class SourceModel:
     (sentence-transformers' LogitScore; logit(true) alone without a false token)."""
     chat_template: ChatTemplate | None = None
     """The causal-LM reranker's chat template, which its pairs are rendered through."""
+    multi_vector: MultiVector | None = None
+    """A multi-vector (ColBERT) model's per-side rules (compile/multi_vector.py)."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
     @property
     def output_name(self) -> str:
+        if self.task == "multi_vector":
+            return TOKEN_EMBEDDINGS
         return "embeddings" if self.task in ("embed", "sparse") else "logits"
 
     @property
     def graph_outputs(self) -> tuple[str, ...]:
-        """The padded graphs' outputs: the pooled or scored rows, and for embedding models every token's state too."""
+        """The padded graphs' outputs: the pooled or scored rows, and for embedding models every token's state too
+        (a multi-vector model's only output is every token's vector)."""
         return (self.output_name, TOKEN_EMBEDDINGS) if self.task == "embed" else (self.output_name,)
 
     @property
@@ -123,6 +130,8 @@ class _Modules:
     """An MLM transformer with SPLADE pooling (a SparseEncoder folder)."""
     logit_score_path: str | None = None
     """A causal LM scored by two of its next-token logits (a CrossEncoder's LogitScore module)."""
+    multi_vector_path: str | None = None
+    """The MultiVectorMask module of a MultiVectorEncoder folder (Transformer -> Dense modules -> MultiVectorMask)."""
 
 
 def _read_modules(folder: Path) -> _Modules | None:
@@ -138,6 +147,12 @@ def _read_modules(folder: Path) -> _Modules | None:
             raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a causal-LM "
                              "CrossEncoder as Transformer -> LogitScore")
         return _Modules(entries[0].get("path", ""), logit_score_path=entries[1].get("path", ""))
+    if "MultiVectorMask" in classes:
+        if classes[0] != "Transformer" or classes[-1] != "MultiVectorMask" or set(classes[1:-1]) - {"Dense"}:
+            raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a MultiVectorEncoder "
+                             "as Transformer -> any Dense modules -> MultiVectorMask")
+        return _Modules(entries[0].get("path", ""), dense_paths=tuple(e.get("path", "") for e in entries[1:-1]),
+                        multi_vector_path=entries[-1].get("path", ""))
     for kind in classes:
         if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
@@ -229,6 +244,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         kind: SourceKind = "transformers"
     elif modules.sparse:
         kind = "sparse-encoder"
+    elif modules.multi_vector_path is not None:
+        kind = "multi-vector-encoder"
     elif st_config.get("model_type") == "CrossEncoder":
         kind = "cross-encoder"
     else:
@@ -259,6 +276,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     task: Task
     if options.task == "auto" and kind == "sparse-encoder":
         task = "sparse"
+    elif options.task == "auto" and kind == "multi-vector-encoder":
+        task = "multi_vector"
     elif options.task == "auto":
         if head or kind == "cross-encoder":
             task = "score" if num_labels == 1 else "classify"
@@ -276,6 +295,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     folder_pooling: Pooling | None = None
     normalize = False
     dense_folders: tuple[Path, ...] = ()
+    multi_vector = None
     if task == "embed":
         if modules and modules.pooling_path:
             folder_pooling = _pooling_from_config(folder / modules.pooling_path)
@@ -290,6 +310,16 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             normalize = options.normalize
         dense_folders = tuple(folder / path for path in modules.dense_paths) if modules else ()
+    elif task == "multi_vector":
+        if options.pooling != "auto" or options.normalize is not None:
+            raise InputError("--pooling and --normalize apply to dense embedding models; this is a multi-vector model")
+        from encoderrt.compile.multi_vector import read_rules
+
+        assert modules is not None and modules.multi_vector_path is not None
+        dense_folders = tuple(folder / path for path in modules.dense_paths)
+        multi_vector = read_rules(_read_optional_json(weights_folder / "sentence_bert_config.json"),
+                                  _read_optional_json(folder / modules.multi_vector_path / "config.json"), st_config,
+                                  weights_folder)
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
@@ -301,7 +331,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    prompts, default_prompt_name = _prompts(st_config, config_path) if task in ("embed", "score") else ({}, None)
+    prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector")
+                                    else ({}, None))
     answer_tokens = chat_template = None
     if head == ["LogitScore"]:
         answer_tokens = _answer_tokens(folder / modules.logit_score_path if modules and modules.logit_score_path else None,
@@ -320,18 +351,20 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         max_length=_max_length(options, weights_folder, architecture, config),
         pooling=pooling,
         normalize=normalize,
-        activation=_activation(folder, config, num_labels, task) if task != "embed" else "identity",
-        labels=labels if task != "embed" else (),
+        activation=_activation(folder, config, num_labels, task) if task in _HEADED else "identity",
+        labels=labels if task in _HEADED else (),
         folder_pooling=folder_pooling,
         dense_folders=dense_folders,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
-        output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"])) if task == "embed"
+        output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"]))
+                    if task in ("embed", "multi_vector")
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         adapters=find_adapters(weights_folder) if task == "embed" else (),
         answer_tokens=answer_tokens,
         chat_template=chat_template,
+        multi_vector=multi_vector,
         notes=tuple(notes),
     )
 

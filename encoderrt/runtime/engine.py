@@ -33,6 +33,7 @@ from encoderrt.runtime.tasks import (
     ClassifyRequest,
     EmbedRequest,
     ModelContext,
+    MultiVectorRequest,
     Plan,
     Request,
     RerankRequest,
@@ -161,6 +162,7 @@ class Engine:
     embed, aembed = _verbs(EmbedRequest)
     embed_tokens, aembed_tokens = _verbs(TokenEmbedRequest)
     embed_sparse, aembed_sparse = _verbs(SparseEmbedRequest)
+    embed_multi_vector, aembed_multi_vector = _verbs(MultiVectorRequest)
     score, ascore = _verbs(ScoreRequest)
     rerank, arerank = _verbs(RerankRequest)
     classify, aclassify = _verbs(ClassifyRequest)

@@ -18,18 +18,19 @@ from encoderrt.runtime.chat_template import ChatTemplate
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
-Task = Literal["embed", "score", "classify", "sparse"]
+Task = Literal["embed", "score", "classify", "sparse", "multi_vector"]
 Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum",
                   "splade_max_log1p_relu", "splade_sum_log1p_relu"]
 Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
-TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse")
+TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse", "multi_vector")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 TOKEN_EMBEDDINGS = "token_embeddings"
 """The second output of an embedding graph: every token's final hidden state [rows, width, hidden], before pooling
-(sentence-transformers' output_value="token_embeddings", TEI's /embed_all)."""
+(sentence-transformers' output_value="token_embeddings", TEI's /embed_all); the only output of a multi-vector
+graph: every token's projected vector [rows, width, dim]."""
 SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1p_relu", "splade_sum_log1p_relu")
 """SpladePooling's strategy, and its activation where it is not the standard log(1 + relu) (OpenSearch's second log1p)."""
 """SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""
@@ -52,6 +53,36 @@ class ModelShape:
     vocab_size: int
     output_dim: int
     """Embedding width for embed, number of labels for score/classify."""
+
+
+@dataclass(frozen=True)
+class MultiVector:
+    """A late-interaction (ColBERT) model's rules per side, as sentence-transformers' MultiVectorEncoder applies them:
+    queries and documents are cut at their own lengths; queries are padded with an expansion token up to a fixed
+    width (attended to or not by the encoder, scored either way); the skip-list's tokens (punctuation) are dropped
+    from the sides it names."""
+
+    query_length: int | None = None
+    """Tokens a query is cut at (special and prompt tokens counted); None: the model's limit."""
+    document_length: int | None = None
+    expansion_length: int | None = None
+    """Queries shorter than this are padded up to it with `expansion_token_id`; None: no expansion."""
+    expansion_strategy: Literal["fixed", "min"] = "fixed"
+    """fixed: every query is exactly `expansion_length` tokens (longer ones are cut); min: it is only the floor."""
+    expansion_attend: bool = False
+    """Whether the encoder attends to the expansion positions (their vectors are scored either way)."""
+    expansion_token_id: int | None = None
+    skip_ids: tuple[int, ...] = ()
+    skip_sides: tuple[str, ...] = ("document",)
+    similarity: Literal["maxsim", "meanmaxsim"] = "maxsim"
+    """How a query scores a document: the sum over the query's vectors of each one's best dot product with the
+    document's (MaxSim), or that sum over the number of query vectors (MeanMaxSim)."""
+
+    def length(self, side: str) -> int | None:
+        """A side's own cut, before the model's limit."""
+        if side == "query":
+            return self.expansion_length if self.expansion_length and self.expansion_strategy == "fixed" else self.query_length
+        return self.document_length
 
 
 @dataclass(frozen=True)
@@ -94,6 +125,8 @@ class Manifest:
     its prompt_name; the graph's `adapter` input takes 1 + the index here per row, 0 for none."""
     chat_template: ChatTemplate | None = None
     """A causal-LM reranker's chat template: its pairs are rendered through it (runtime/chat_template.py)."""
+    multi_vector: MultiVector | None = None
+    """A multi-vector model's per-side rules (task multi_vector)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -122,6 +155,11 @@ class Manifest:
             if values.get("chat_template") is not None:
                 template = values["chat_template"]
                 values["chat_template"] = ChatTemplate(str(template["source"]), dict(template.get("variables") or {}))
+            if values.get("multi_vector") is not None:
+                rules = dict(values["multi_vector"])
+                rules["skip_ids"] = tuple(rules.get("skip_ids", ()))
+                rules["skip_sides"] = tuple(rules.get("skip_sides", ("document",)))
+                values["multi_vector"] = MultiVector(**rules)
             manifest = cls(**values)
         except (TypeError, KeyError) as exc:
             raise ManifestError(f"manifest is malformed: {exc}") from None
@@ -135,6 +173,8 @@ class Manifest:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
         if self.task == "sparse" and self.pooling not in SPARSE_POOLINGS:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
+        if self.task == "multi_vector" and self.multi_vector is None:
+            raise ManifestError("a multi_vector manifest needs its multi_vector rules")
         if self.activation not in ACTIVATIONS:
             raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
         if self.layout not in LAYOUTS:

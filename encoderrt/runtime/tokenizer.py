@@ -41,6 +41,9 @@ class Tokens(NamedTuple):
     """Positions before this are attended to but not pooled (the prompt, where the model excludes it)."""
     adapter: int = 0
     """The task adapter this row runs with (ADAPTER), 0 for none."""
+    attended: int = -1
+    """How many leading tokens the encoder attends to, -1 for all: a ColBERT query's expansion tokens after them
+    are run (their vectors are scored) but not attended to."""
 
 
 def _load(path: Path) -> Tokenizer:
@@ -217,7 +220,7 @@ class TextTokenizer:
         for row, tokens in enumerate(rows):
             n = len(tokens.ids)
             input_ids[row, :n] = tokens.ids
-            attention_mask[row, :n] = 1
+            attention_mask[row, : n if tokens.attended < 0 else tokens.attended] = 1
             token_type_ids[row, :n] = tokens.type_ids
         all_feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         for name in ROW_INPUTS:

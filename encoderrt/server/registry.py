@@ -16,13 +16,13 @@ from encoderrt.server.errors import NotReady, UnknownModel
 # which model tasks can answer each verb, best first (an embedding model scores by cosine)
 VERB_TASKS: dict[str, tuple[str, ...]] = {
     "embed": ("embed",),
-    "score": ("score", "embed"),
-    "rerank": ("score", "embed"),
+    "score": ("score", "multi_vector", "embed"),
+    "rerank": ("score", "multi_vector", "embed"),
     "classify": ("classify", "score"),
     "embed_sparse": ("sparse",),
     "embed_all": ("embed",),
-    "pooling": ("embed", "classify", "score"),
-    "tokenize": ("embed", "score", "classify", "sparse"),
+    "pooling": ("embed", "classify", "score", "multi_vector"),
+    "tokenize": ("embed", "score", "classify", "sparse", "multi_vector"),
 }
 
 

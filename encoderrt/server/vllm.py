@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import as_texts
-from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, ScoreRequest, pair_texts
+from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, ScoreRequest, pair_texts
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
@@ -68,13 +68,18 @@ class PoolingBody(RequestBody):
     input: common.TextOrTokenInput | None = None
     messages: list[Any] | None = None
     task: str | None = None
-    """embed (an embedding model's vector) or classify (a classifier's or cross-encoder's probabilities); unset: the
-    model's own. Token-level tasks need per-token outputs, which encoderrt's artifacts pool away inside the graph."""
+    """embed (an embedding model's vector), classify (a classifier's or cross-encoder's probabilities) or token_embed
+    (a multi-vector model's vector per scored token); unset: the model's own. Other models' token-level tasks need
+    per-token outputs, which their artifacts pool away inside the graph."""
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     truncate_prompt_tokens: int | None = None
     use_activation: bool | None = None
     """embed: L2 normalisation (unset: the model's default); classify: the activation (false: raw logits)."""
+    side: Literal["query", "document"] | None = None
+    """token_embed of a multi-vector (ColBERT) model: the query side's rules (its prompt, its expansion) or the
+    document side's (the default: its prompt, punctuation dropped). An encoderrt extension; base64 is the
+    [tokens, dim] float32 array row by row."""
 
 
 class TokenizeBody(RequestBody):
@@ -123,7 +128,7 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if body.messages is not None or body.input is None:
         raise InvalidRequest("pooling takes `input` (text, texts or token ids); chat `messages` are for decoder models")
     served = common.resolve(request, body.model, "pooling")
-    native = "embed" if served.engine.info.task == "embed" else "classify"
+    native = {"embed": "embed", "multi_vector": "token_embed"}.get(served.engine.info.task, "classify")
     task = body.task or native
     if task != native:
         hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
@@ -134,7 +139,14 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
         completion = await served.engine.arun(EmbedRequest(texts, body.use_activation, body.dimensions, truncate,
                                                            token_ids=token_ids))
         rows = [common.encoded(vector, body.encoding_format) for vector in completion.value]
+    elif task == "token_embed":
+        if token_ids is not None or body.dimensions is not None:
+            raise InvalidRequest("task 'token_embed' takes texts, without dimensions")
+        completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate))
+        rows = [common.encoded(vectors, body.encoding_format) for vectors in completion.value]
     else:
+        if body.side is not None:
+            raise InvalidRequest("side applies to task 'token_embed' of a multi-vector model")
         if token_ids is not None or body.dimensions is not None:
             raise InvalidRequest("task 'classify' takes texts, without dimensions")
         completion = await served.engine.arun(ClassifyRequest(texts, truncate))

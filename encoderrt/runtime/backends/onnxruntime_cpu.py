@@ -31,6 +31,9 @@ class OnnxRuntimeBackend:
         self.capabilities = Capabilities(token_states=TOKEN_EMBEDDINGS in {o.name for o in session.get_outputs()})
 
     def run(self, batch: Batch) -> Outputs:
+        if batch.token_states and self._output == TOKEN_EMBEDDINGS:  # a multi-vector graph: token vectors alone
+            states = self._session.run([TOKEN_EMBEDDINGS], batch.padded())[0]
+            return Outputs(states, states)
         if batch.token_states:
             pooled, states = self._session.run([self._output, TOKEN_EMBEDDINGS], batch.padded())
             return Outputs(pooled, states)

@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+from encoderrt.runtime.tasks.multi_vector import maxsim, scored, side_rows
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 
@@ -42,7 +45,9 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
                activation: bool, prompt_name: str | None = None, prompt: str | None = None) -> Plan[list[float]]:
     """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
     text once and compares by cosine similarity."""
-    model.require("score", "score", "embed")
+    model.require("score", "score", "embed", "multi_vector")
+    if model.manifest.task == "multi_vector":
+        return _late_interaction(model, firsts, seconds, truncate, prompt_name, prompt)
     tokenizer, cut = model.tokenizer_for(truncate)
     if model.manifest.task == "score":
         return _cross_encoded(model, tokenizer, cut, firsts, seconds, activation, model.prompt(prompt_name, prompt))
@@ -67,6 +72,31 @@ def _cross_encoded(model: ModelContext, tokenizer: TextTokenizer, cut: bool, fir
     rows = tokenizer.encode_pairs(firsts, seconds, cut, prompt)
     apply = ACTIVATIONS[model.manifest.activation] if activation else ACTIVATIONS["identity"]
     return Plan(rows, lambda outputs: apply(outputs[:, 0]).astype(float).tolist())
+
+
+def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str], truncate: Truncation,
+                      prompt_name: str | None, prompt: str | None) -> Plan[list[float]]:
+    """A multi-vector model's MaxSim of each pair: each distinct query and document runs once, on its side (a prompt
+    given applies to the queries); each query scores all its documents in one product."""
+    queries, documents = list(dict.fromkeys(firsts)), list(dict.fromkeys(seconds))
+    rows = (side_rows(model, queries, "query", truncate, prompt_name, prompt)
+            + side_rows(model, documents, "document", truncate, None, None))
+    rules = model.manifest.multi_vector
+    assert rules is not None
+    query_index, document_index = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(documents)}
+    mean = rules.similarity == "meanmaxsim"
+
+    def scores(states: list[np.ndarray]) -> list[float]:
+        vectors = [scored(rules, row, state, "query" if i < len(queries) else "document")
+                   for i, (row, state) in enumerate(zip(rows, states))]
+        result = np.zeros(len(firsts), np.float64)
+        for text, q in query_index.items():
+            pairs = [i for i, first in enumerate(firsts) if first == text]
+            docs = [vectors[len(queries) + document_index[seconds[i]]] for i in pairs]
+            result[pairs] = maxsim(vectors[q], docs, mean)
+        return result.tolist()
+
+    return Plan(rows, scores, token_embeddings=True)
 
 
 def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], list[str]]:

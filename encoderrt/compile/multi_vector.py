@@ -1,0 +1,81 @@
+"""Late-interaction (ColBERT) folders as sentence-transformers' MultiVectorEncoder saves them: a Transformer, Dense
+projections of every token, then a MultiVectorMask. The graph returns every token's projected vector
+(export.TokenVectors); the rules
+that differ between queries and documents (lengths, query expansion, the skip-list) go into the manifest, where
+the runtime applies them (runtime/tasks/multi_vector.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from encoderrt.compile.errors import InputError
+from encoderrt.runtime.manifest import MultiVector
+
+MODULE_CLASSES = ("Transformer", "Dense", "MultiVectorMask")
+"""The layout compiled: one Transformer, any Dense modules on the token embeddings, the MultiVectorMask last."""
+
+
+def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], st_config: dict[str, Any],
+               weights_folder: Path) -> MultiVector:
+    """The per-side rules from the Transformer's sentence_bert_config.json, the mask module's config.json and the
+    folder's config_sentence_transformers.json, token words resolved by the folder's tokenizer as
+    sentence-transformers resolves them."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(weights_folder, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot load the tokenizer from {weights_folder}: {exc}") from None
+    expansion = transformer_config.get("query_expansion") or None
+    if expansion is not None:
+        if expansion.get("strategy") not in ("fixed", "min") or not isinstance(expansion.get("length"), int):
+            raise InputError(f"query_expansion {expansion} in {weights_folder} is not a fixed or min strategy with a "
+                             "length")
+        token = expansion.get("token")
+        expansion_id = (tokenizer.convert_tokens_to_ids(token) if token is not None
+                        else tokenizer.mask_token_id if tokenizer.mask_token_id is not None else tokenizer.eos_token_id)
+        if expansion_id is None:
+            raise InputError(f"the tokenizer in {weights_folder} has no mask or end-of-sequence token to expand "
+                             "queries with")
+    similarity = st_config.get("similarity_fn_name") or "maxsim"
+    if similarity not in ("maxsim", "meanmaxsim"):
+        raise InputError(f"similarity_fn_name '{similarity}' is not supported for a multi-vector model; encoderrt "
+                         "scores by maxsim or meanmaxsim")
+    if mask_config.get("keep_only_token_ids"):
+        raise InputError("a MultiVectorMask with keep_only_token_ids (image-patch documents) is not supported")
+    skip_sides = mask_config.get("skiplist_tasks") or ["document"]
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    skip = []
+    for word in mask_config.get("skiplist_words") or []:  # words that are no single token are dropped, as ST does
+        token_id = tokenizer.convert_tokens_to_ids(word)
+        if token_id is not None and (token_id != unknown or word == tokenizer.unk_token):
+            skip.append(int(token_id))
+    return MultiVector(
+        query_length=transformer_config.get("query_length"),
+        document_length=transformer_config.get("document_length"),
+        expansion_length=expansion["length"] if expansion else None,
+        expansion_strategy=expansion["strategy"] if expansion else "fixed",
+        expansion_attend=bool(expansion.get("attend", False)) if expansion else False,
+        expansion_token_id=int(expansion_id) if expansion else None,
+        skip_ids=tuple(skip),
+        skip_sides=tuple([skip_sides] if isinstance(skip_sides, str) else skip_sides),
+        similarity=similarity,
+    )
+
+
+def token_dense(path: Path) -> torch.nn.Module:
+    """A Dense module that projects every token (sentence-transformers loads it: weights, bias, activation)."""
+    from sentence_transformers.base.modules.dense import Dense
+
+    try:
+        dense = Dense.load(str(path), local_files_only=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise InputError(f"cannot load the Dense module in {path}: {exc}") from None
+    if dense.module_input_name != "token_embeddings" or dense.module_output_name != "token_embeddings":
+        raise InputError(f"the Dense module in {path} maps {dense.module_input_name} to {dense.module_output_name}; a "
+                         "multi-vector model's Dense modules project the token embeddings")
+    return dense.eval()
+

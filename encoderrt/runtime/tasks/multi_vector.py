@@ -1,0 +1,116 @@
+"""Multi-vector (ColBERT) requests: the vectors of a text's scored tokens, as sentence-transformers'
+MultiVectorEncoder.encode_query / encode_document return them, and MaxSim, the late-interaction score that
+score and rerank use for such a model (runtime/tasks/score.py).
+
+A side's rules come from the manifest (MultiVector): queries and documents have their own prompt and length;
+queries shorter than the expansion length are filled with the expansion token, which the encoder does not attend
+to (unless the model says so) but whose vectors are scored; the skip-list's tokens (punctuation) are dropped from
+documents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
+from encoderrt.runtime.manifest import MultiVector
+from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
+from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+from encoderrt.runtime.tokenizer import Tokens
+
+Side = Literal["query", "document"]
+SIDES = ("query", "document")
+_SIDE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
+"""The prompt names encode_query and encode_document look for, in order, when a request names none."""
+
+
+@dataclass(frozen=True)
+class MultiVectorRequest(Request[list[np.ndarray]]):
+    """One [vectors, dim] array per text: a query's every token (its expansion included), a document's tokens less
+    the skip-list's."""
+
+    texts: TextOrTexts
+    side: Side = "document"
+    truncate: Truncation = True
+    prompt_name: str | None = None
+    """One of the model's prompts; None: the side's own ("query", or "document" / "passage" / "corpus")."""
+    prompt: str | None = None
+    """A prompt given verbatim, over prompt_name ("" for none)."""
+
+    def texts_for_sizing(self) -> Sequence[object]:
+        return [self.texts] if isinstance(self.texts, str) else self.texts
+
+    def plan(self, model: ModelContext) -> Plan[list[np.ndarray]]:
+        model.require("embed_multi_vector", "multi_vector")
+        rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
+        total = sum(len(row.ids) for row in rows)
+        if total > model.max_token_embeddings:
+            raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
+                                 f"{model.max_token_embeddings} token vectors: send fewer or shorter texts")
+        rules = _rules(model)
+        return Plan(rows, lambda states: [scored(rules, row, state, self.side) for row, state in zip(rows, states)],
+                    token_embeddings=True)
+
+
+def _rules(model: ModelContext) -> MultiVector:
+    rules = model.manifest.multi_vector
+    assert rules is not None  # the manifest refuses a multi_vector task without them
+    return rules
+
+
+def side_rows(model: ModelContext, texts: list[str], side: str, truncate: Truncation, prompt_name: str | None,
+              prompt: str | None) -> list[Tokens]:
+    """The rows of texts on one side: the side's prompt in front, cut at the side's length (and the request's),
+    a query filled up to the expansion length."""
+    if side not in SIDES:
+        raise InvalidRequest(f"side must be 'query' or 'document', got {side!r}")
+    rules = _rules(model)
+    if prompt_name is None and prompt is None:
+        prompt_name = next((name for name in _SIDE_PROMPTS[side] if name in model.manifest.prompts), None)
+    prefix = model.prompt(prompt_name, prompt)
+    tokenizer, cut = model.tokenizer_for(truncate)
+    length = rules.length(side)
+    if length is not None and length < tokenizer.max_length:
+        tokenizer, cut = tokenizer.limited(length), True  # the model's own cut for the side, as encode applies it
+    rows = model.prompted_rows(texts, prefix, tokenizer, cut)
+    if side == "query" and rules.expansion_length:
+        rows = [_expanded(row, rules) for row in rows]
+    return rows
+
+
+def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
+    missing = (rules.expansion_length or 0) - len(row.ids)
+    if missing <= 0:
+        return row
+    assert rules.expansion_token_id is not None
+    return row._replace(ids=row.ids + [rules.expansion_token_id] * missing, type_ids=row.type_ids + [0] * missing,
+                        attended=-1 if rules.expansion_attend else len(row.ids))
+
+
+def scored(rules: MultiVector, row: Tokens, vectors: np.ndarray, side: str) -> np.ndarray:
+    """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens."""
+    vectors = vectors.astype(np.float32, copy=False)
+    if side in rules.skip_sides and rules.skip_ids:
+        return vectors[~np.isin(np.asarray(row.ids), rules.skip_ids)]
+    return vectors
+
+
+def maxsim(query: np.ndarray, documents: Sequence[np.ndarray], mean: bool = False) -> np.ndarray:
+    """Each document's late-interaction score against one query: the sum over the query's vectors of each one's best
+    dot product with the document's vectors (over their number with `mean`), all documents in one product."""
+    if not documents:
+        return np.zeros(0, np.float32)
+    width = max(len(d) for d in documents)
+    padded = np.zeros((len(documents), max(width, 1), query.shape[-1]), np.float32)
+    real = np.zeros((len(documents), max(width, 1)), bool)
+    for i, document in enumerate(documents):
+        padded[i, : len(document)] = document
+        real[i, : len(document)] = True
+    products = np.einsum("qd,nld->nql", query, padded)
+    best = np.where(real[:, None, :], products, -np.inf).max(axis=2)
+    best[~np.isfinite(best)] = 0.0  # a document with no scored token contributes nothing
+    scores = best.sum(axis=1)
+    return scores / max(len(query), 1) if mean else scores

@@ -1,0 +1,98 @@
+"""Multi-vector (ColBERT) models as sentence-transformers' MultiVectorEncoder saves them: every scored token's vector
+(queries expanded with [MASK], documents cut at their own length and without punctuation) and MaxSim scores, on
+both CPU targets, against MultiVectorEncoder.encode_query / encode_document and its own similarity."""
+
+import numpy as np
+import pytest
+
+import tiny_models as tm
+from artifact_runner import cosine_rows
+from encoderrt import Engine
+from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.manifest import read_manifest
+
+QUERIES = ["where is the amazon rainforest?", "fox", "café, naïve résumé",
+           "the quick brown fox jumps over a lazy dog where is amazon rainforest basin south america"]  # cut at 16
+DOCUMENTS = ["the amazon rainforest, covers much of the amazon basin of south america.",
+             "der schnelle braune fuchs springt über den hund!", "café", "a", "東京 日本 首都",
+             " ".join(["fox jumps over the lazy dog."] * 30)]  # cut at the documents' 40 tokens
+
+VARIANTS = {
+    "classic": {},  # fixed expansion to 16 tokens, not attended to; MaxSim
+    "attended-min-mean": {"expansion": {"strategy": "min", "attend": True, "length": 8}, "similarity": "meanmaxsim",
+                          "query_length": 12},
+}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def colbert(request, tiny_dir):
+    from sentence_transformers import MultiVectorEncoder
+
+    folder = tm.colbert_folder(tiny_dir / f"colbert-{request.param}", **VARIANTS[request.param])
+    return folder, MultiVectorEncoder(str(folder), device="cpu")
+
+
+def _vectors(reference, texts, side):
+    encode = reference.encode_query if side == "query" else reference.encode_document
+    return [v.numpy() for v in encode(texts)]
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_token_vectors_match_multi_vector_encoder(target, colbert, compile_artifact, tmp_path):
+    folder, reference = colbert
+    result = compile_artifact(folder, tmp_path / "out", target=target)
+    manifest = read_manifest(result.path)
+    assert manifest.task == "multi_vector" and manifest.outputs == ("token_embeddings",)
+    assert manifest.shape.output_dim == 24 and manifest.parity["min_cosine"] >= 0.99999
+    with Engine.load(result.path) as engine:
+        for side, texts in (("query", QUERIES), ("document", DOCUMENTS)):
+            got, expected = engine.embed_multi_vector(texts, side=side), _vectors(reference, texts, side)
+            assert [g.shape for g in got] == [e.shape for e in expected]  # the same tokens kept
+            assert cosine_rows(np.concatenate(got), np.concatenate(expected)).min() >= 0.99999
+            np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)
+        alone = [engine.embed_multi_vector(text, side="query")[0] for text in QUERIES]
+        assert cosine_rows(np.concatenate(alone), np.concatenate(_vectors(reference, QUERIES, "query"))).min() >= 0.99999
+
+
+def test_the_rules_each_side_follows(colbert, compile_artifact, tmp_path):
+    """By hand: a document loses its punctuation and is cut at 40 tokens; a short query fills up to the expansion."""
+    folder, reference = colbert
+    manifest = read_manifest(compile_artifact(folder, tmp_path / "out").path)
+    rules = manifest.multi_vector
+    with Engine.load(tmp_path / "out") as engine:
+        tokenizer = reference.tokenizer
+        ids = tokenizer("[D] " + DOCUMENTS[0])["input_ids"]
+        punctuation = sum(tokenizer.convert_ids_to_tokens(i) in ",.[]" for i in ids)
+        assert punctuation == 4 and len(engine.embed_multi_vector(DOCUMENTS[0])[0]) == len(ids) - punctuation
+        assert len(engine.embed_multi_vector(DOCUMENTS[-1])[0]) <= 40
+        query = len(tokenizer("[Q] fox")["input_ids"])
+        assert len(engine.embed_multi_vector("fox", side="query")[0]) == max(query, rules.expansion_length)
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_maxsim_scores_and_rankings_match_sentence_transformers(target, colbert, compile_artifact, tmp_path):
+    folder, reference = colbert
+    result = compile_artifact(folder, tmp_path / "out", target=target)
+    expected = reference.similarity(reference.encode_query(QUERIES), reference.encode_document(DOCUMENTS)).numpy()
+    with Engine.load(result.path) as engine:
+        got = np.array([engine.score(query, DOCUMENTS) for query in QUERIES])  # 1:N
+        assert np.abs(got - expected).max() <= 1e-3, np.abs(got - expected).max()
+        pairwise = engine.score(QUERIES, DOCUMENTS[: len(QUERIES)])  # N:N
+        np.testing.assert_allclose(pairwise, np.diag(expected[:, : len(QUERIES)]), atol=1e-3)
+        for query, row in zip(QUERIES, expected):
+            ranked = engine.rerank(query, DOCUMENTS, top_n=3)
+            assert [i for i, _ in ranked] == sorted(range(len(DOCUMENTS)), key=lambda i: -row[i])[:3]
+
+
+def test_refusals_name_the_problem(colbert, compile_artifact, tmp_path, minilm_fp32):
+    folder, _ = colbert
+    with Engine.load(compile_artifact(folder, tmp_path / "out").path) as engine:
+        with pytest.raises(InvalidRequest, match="embed is not available for this multi_vector model.*embed_multi_vector"):
+            engine.embed(["fox"])
+        with pytest.raises(InvalidRequest, match="side must be 'query' or 'document', got 'passage'"):
+            engine.embed_multi_vector(["fox"], side="passage")
+        with pytest.raises(InvalidRequest, match="unknown prompt_name 'nope'"):
+            engine.embed_multi_vector(["fox"], prompt_name="nope")
+    with Engine.load(minilm_fp32.path) as engine:
+        with pytest.raises(InvalidRequest, match="embed_multi_vector is not available for this embed model"):
+            engine.embed_multi_vector(["fox"])

@@ -1,0 +1,75 @@
+"""A ColBERT model served: every rerank and score route answers with MaxSim, against sentence-transformers'
+MultiVectorEncoder and its own similarity (Cohere's client, Jina's /v1/rerank, TEI's /rerank, vLLM's /score)."""
+
+import cohere
+import httpx
+import numpy as np
+import pytest
+
+import tiny_models as tm
+from encoderrt import Engine
+from encoderrt.server import ServerSettings, create_app
+from server_helpers import ready_registry, running_server
+
+QUERY = "where is the quick fox?"
+DOCUMENTS = ["the quick brown fox jumps over a lazy dog.", "the amazon rainforest, in south america", "café", "a"]
+
+
+@pytest.fixture(scope="module")
+def colbert(tiny_dir):
+    from sentence_transformers import MultiVectorEncoder
+
+    folder = tm.colbert_folder(tiny_dir / "served-colbert")
+    return folder, MultiVectorEncoder(str(folder), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def url(colbert, compile_artifact, tmp_path_factory):
+    artifact = compile_artifact(colbert[0], tmp_path_factory.mktemp("served-colbert") / "colbert", target="openvino")
+    with Engine.load(artifact.path) as engine, running_server(create_app(ServerSettings(), ready_registry(colbert=engine))) as served:
+        yield served
+
+
+def test_every_rerank_and_score_route_answers_with_maxsim(colbert, url):
+    _, reference = colbert
+    expected = reference.similarity(reference.encode_query([QUERY]), reference.encode_document(DOCUMENTS)).numpy()[0]
+    order = list(np.argsort(-expected, kind="stable"))
+
+    ranked = cohere.ClientV2(base_url=url, api_key="unused").rerank(model="colbert", query=QUERY, documents=DOCUMENTS)
+    assert [r.index for r in ranked.results] == order
+    np.testing.assert_allclose([r.relevance_score for r in ranked.results], expected[order], atol=1e-3)
+    jina = httpx.post(f"{url}/v1/rerank", json={"model": "colbert", "query": QUERY, "documents": DOCUMENTS, "top_n": 2},
+                      timeout=60)
+    assert jina.status_code == 200, jina.text
+    assert [r["index"] for r in jina.json()["results"]] == order[:2]
+    tei = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCUMENTS}, timeout=60)
+    assert tei.status_code == 200, tei.text
+    assert [r["index"] for r in tei.json()] == order
+    score = httpx.post(f"{url}/v1/score", json={"model": "colbert", "text_1": QUERY, "text_2": DOCUMENTS}, timeout=60)
+    assert score.status_code == 200, score.text
+    np.testing.assert_allclose([d["score"] for d in score.json()["data"]], expected, atol=1e-3)
+
+
+def test_a_verb_the_model_has_not_is_a_400_naming_what_it_answers(url):
+    embedded = httpx.post(f"{url}/v1/embeddings", json={"model": "colbert", "input": ["fox"]}, timeout=60)
+    assert embedded.status_code == 400
+    assert "a multi_vector model and cannot answer embed (it answers score, rerank, pooling, tokenize)" in embedded.text
+    pooled = httpx.post(f"{url}/pooling", json={"input": ["fox"], "task": "embed"}, timeout=60)
+    assert pooled.status_code == 400 and "it pools with task 'token_embed'" in pooled.text
+
+
+def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
+    """vLLM's token_embed task: one [tokens, dim] array per text, the query side's with its expansion, the document
+    side's without punctuation; base64 is the float32 array row by row."""
+    import base64
+
+    _, reference = colbert
+    for side, expected in (("query", reference.encode_query(DOCUMENTS)), ("document", reference.encode_document(DOCUMENTS))):
+        pooled = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS, "task": "token_embed", "side": side}, timeout=60)
+        assert pooled.status_code == 200, pooled.text
+        for row, vectors in zip(pooled.json()["data"], expected):
+            np.testing.assert_allclose(np.array(row["data"]), vectors.numpy(), atol=1e-4)
+    packed = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS[:1], "encoding_format": "base64"}, timeout=60)
+    assert packed.status_code == 200, packed.text
+    vectors = np.frombuffer(base64.b64decode(packed.json()["data"][0]["data"]), dtype="<f4").reshape(-1, 24)
+    np.testing.assert_allclose(vectors, reference.encode_document(DOCUMENTS[:1])[0].numpy(), atol=1e-4)
