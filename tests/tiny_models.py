@@ -398,17 +398,18 @@ def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int
 def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict | None = None,
                    query_length: int | None = None, document_length: int | None = 40,
                    skiplist: tuple[str, ...] | None = None, prompts: dict[str, str] | None = None,
-                   similarity: str | None = None, **sizes) -> Path:
+                   similarity: str | None = None, normalize: bool = False, **sizes) -> Path:
     """A sentence-transformers MultiVectorEncoder (ColBERT) folder, saved by sentence-transformers: a tiny BERT whose
     vocabulary has punctuation, a Dense projection of every token to `dim`, and a MultiVectorMask skipping
     punctuation in documents; queries expanded with [MASK] to 16 tokens, not attended to (classic ColBERT), unless
     `expansion` says otherwise ({} turns it off); "[Q] " / "[D] " prompts; MaxSim unless `similarity` says
-    "meanmaxsim"; `sizes` override the encoder's (_small's)."""
+    "meanmaxsim"; `normalize` puts a token-level Normalize after the mask (as sentence-transformers converts PyLate's
+    folders); `sizes` override the encoder's (_small's)."""
     import string
 
     import torch
     from sentence_transformers import MultiVectorEncoder
-    from sentence_transformers.base.modules import Dense, Transformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
     base = bert_checkpoint(folder.with_name(folder.name + "-base"), num_labels=None, seed=seed,
@@ -420,7 +421,8 @@ def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict |
     dense = Dense(transformer.get_embedding_dimension(), dim, bias=False, activation_function=torch.nn.Identity(),
                   module_input_name="token_embeddings", module_output_name="token_embeddings")
     mask = MultiVectorMask(skiplist_words=list(string.punctuation) if skiplist is None else list(skiplist))
-    model = MultiVectorEncoder(modules=[transformer, dense, mask], device="cpu",
+    modules = [transformer, dense, mask] + ([Normalize(module_input_name="token_embeddings")] if normalize else [])
+    model = MultiVectorEncoder(modules=modules, device="cpu",
                                prompts={"query": "[Q] ", "document": "[D] "} if prompts is None else prompts)
     if similarity:
         model.similarity_fn_name = similarity

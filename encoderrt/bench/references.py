@@ -60,7 +60,7 @@ class Reference:
 
     def __init__(self, source: Path, task: str, max_length: int, kind: str = "torch"):
         warnings.filterwarnings("ignore", module="sentence_transformers")
-        if task not in ("embed", "score"):
+        if task not in ("embed", "score", "multi_vector"):
             raise ValueError(f"no sentence-transformers reference for {task} models")
         backend = kind if kind in _BACKENDS else "torch"
         # sentence-transformers raises a bare Exception for a missing optimum: ask before loading
@@ -74,6 +74,10 @@ class Reference:
 
             self.model = SentenceTransformer(str(source), **loading)
             self.model.max_seq_length = max_length
+        elif task == "multi_vector":
+            from sentence_transformers import MultiVectorEncoder
+
+            self.model = MultiVectorEncoder(str(source), **loading)
         else:
             from sentence_transformers import CrossEncoder
 
@@ -84,7 +88,8 @@ class Reference:
             if not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
                 raise ValueError("--reference torch-bf16 needs a CPU with bf16 instructions (AMX or avx512_bf16)")
         self.task, self.kind = task, kind
-        verb = "SentenceTransformer.encode" if task == "embed" else "CrossEncoder.predict"
+        verb = {"embed": "SentenceTransformer.encode", "multi_vector": "MultiVectorEncoder.encode + MaxSim"}.get(
+            task, "CrossEncoder.predict")
         self.name = f"{verb} {'fp32' if kind == 'torch' else kind}, batch 32"
 
     def _precision(self) -> contextlib.AbstractContextManager:
@@ -98,10 +103,29 @@ class Reference:
         """One pass over the workload's texts or pairs."""
         start = time.perf_counter()
         with self._precision():
-            if self.task == "embed":
+            if self.task == "multi_vector":
+                items = self._late_interaction(workload)
+            elif self.task == "embed":
                 self.model.encode(workload.reference_texts, batch_size=32, show_progress_bar=False)
                 items = len(workload.reference_texts)
             else:
                 self.model.predict(workload.reference_pairs, batch_size=32, show_progress_bar=False)
                 items = len(workload.reference_pairs)
         return ReferenceResult(workload.name, self.kind, self.name, items, tokens, time.perf_counter() - start)
+
+    def _late_interaction(self, workload: Workload) -> int:
+        """MultiVectorEncoder's pass: each query with its documents scored by its own similarity (MaxSim), as a
+        user reranks; or the texts encoded as queries or documents."""
+        model = self.model
+        if workload.reference_pairs:
+            documents: dict[str, list[str]] = {}
+            for query, document in workload.reference_pairs:
+                documents.setdefault(query, []).append(document)
+            for query, these in documents.items():
+                model.similarity(model.encode_query([query], show_progress_bar=False),
+                                 model.encode_document(these, batch_size=32, show_progress_bar=False))
+            return len(workload.reference_pairs)
+        encode = model.encode_query if workload.name == "queries" else model.encode_document
+        encode(workload.reference_texts, batch_size=32, show_progress_bar=False)
+        return len(workload.reference_texts)
+

@@ -28,7 +28,7 @@ from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
 from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, RerankRequest, ScoreRequest
+from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -54,7 +54,7 @@ class RunResult:
 
 
 def items_of(request: Request) -> int:
-    if isinstance(request, (EmbedRequest, ClassifyRequest)):
+    if isinstance(request, (EmbedRequest, ClassifyRequest, MultiVectorRequest)):
         return len(request.texts)
     if isinstance(request, RerankRequest):
         return len(request.documents)
@@ -129,6 +129,9 @@ def http_body(request: Request) -> tuple[str, dict[str, Any]]:
         return "/score", {"text_1": request.text_1, "text_2": request.text_2}
     if isinstance(request, RerankRequest):
         return "/rerank", {"query": request.query, "documents": list(request.documents), "return_documents": False}
+    if isinstance(request, MultiVectorRequest):
+        return "/pooling", {"input": list(request.texts), "task": "token_embed", "side": request.side,
+                            "encoding_format": "base64"}
     return "/classify", {"input": list(request.texts)}
 
 
@@ -157,9 +160,9 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float) ->
             if reply.status >= 400:
                 raise HttpError(f"{path} answered {reply.status}: {reply.body[:300].decode(errors='replace')}")
             payload = reply.json()
-            if path == "/v1/embeddings":  # decode like a client would
+            if path in ("/v1/embeddings", "/pooling"):  # decode like a client would
                 for item in payload["data"]:
-                    base64.b64decode(item["embedding"])
+                    base64.b64decode(item["embedding" if path == "/v1/embeddings" else "data"])
             return _usage_tokens(payload)
 
         try:
@@ -216,7 +219,10 @@ class RawBackend:
 
     def __init__(self, artifact: Path, manifest: Manifest, workload: Workload, max_batch_tokens: int):
         tokenizer = TextTokenizer.for_artifact(manifest, artifact)
-        if workload.reference_pairs:
+        if workload.reference_pairs and manifest.task == "multi_vector":  # queries and documents run apart
+            firsts, seconds = zip(*workload.reference_pairs)
+            rows = tokenizer.encode([*dict.fromkeys(firsts), *seconds])
+        elif workload.reference_pairs:
             firsts, seconds = zip(*workload.reference_pairs)
             rows = tokenizer.encode_pairs(firsts, seconds)
         else:

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, Request, RerankRequest, ScoreRequest
+from encoderrt.runtime.tasks import (
+    ClassifyRequest,
+    EmbedRequest,
+    MultiVectorRequest,
+    Request,
+    RerankRequest,
+    ScoreRequest,
+)
 
 WORKLOADS = ("queries", "passages", "rerank")
 PASSAGES, PASSAGES_PER_REQUEST = 256, 16
@@ -86,7 +93,9 @@ class Workload:
     reference_texts: list[str]
     """For an embedding model: every text, encoded by SentenceTransformer.encode."""
     reference_pairs: list[tuple[str, str]]
-    """For a cross-encoder: every (query, document) pair, scored by CrossEncoder.predict."""
+    """For a cross-encoder: every (query, document) pair, scored by CrossEncoder.predict; for a multi-vector model,
+    each query's documents, scored by MultiVectorEncoder's MaxSim. A multi-vector model's `reference_texts` are
+    encoded as queries in the queries workload, as documents otherwise."""
 
 
 def read_texts(path: Path) -> list[str]:
@@ -127,6 +136,8 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
             return Workload(name, [EmbedRequest([t]) for t in texts], texts, [])
         if task == "classify":
             return Workload(name, [ClassifyRequest([t]) for t in texts], texts, [])
+        if task == "multi_vector":
+            return Workload(name, [MultiVectorRequest([t], side="query") for t in texts], texts, [])
         pairs = list(zip(texts, reversed(texts)))
         return Workload(name, [ScoreRequest(q, d) for q, d in pairs], [], pairs)
     if name == "passages":
@@ -137,6 +148,8 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
             return Workload(name, [EmbedRequest(c) for c in chunks], texts, [])
         if task == "classify":
             return Workload(name, [ClassifyRequest(c) for c in chunks], texts, [])
+        if task == "multi_vector":
+            return Workload(name, [MultiVectorRequest(c) for c in chunks], texts, [])
         query = queries(1)[0]
         return Workload(name, [ScoreRequest(query, c) for c in chunks], [], [(query, t) for t in texts])
     if name == "rerank":

@@ -1,8 +1,7 @@
 """Late-interaction (ColBERT) folders as sentence-transformers' MultiVectorEncoder saves them: a Transformer, Dense
-projections of every token, then a MultiVectorMask. The graph returns every token's projected vector
-(export.TokenVectors); the rules
-that differ between queries and documents (lengths, query expansion, the skip-list) go into the manifest, where
-the runtime applies them (runtime/tasks/multi_vector.py)."""
+projections of every token, a MultiVectorMask, maybe a Normalize. The graph returns every token's projected vector
+(export.TokenVectors); the rules that differ between queries and documents (lengths, query expansion, the
+skip-list) go into the manifest, where the runtime applies them (runtime/tasks/multi_vector.py), normalising too."""
 
 from __future__ import annotations
 
@@ -14,8 +13,18 @@ import torch
 from encoderrt.compile.errors import InputError
 from encoderrt.runtime.manifest import MultiVector
 
-MODULE_CLASSES = ("Transformer", "Dense", "MultiVectorMask")
-"""The layout compiled: one Transformer, any Dense modules on the token embeddings, the MultiVectorMask last."""
+
+def read_layout(where: Path, entries: list[dict[str, Any]], classes: list[str]) -> tuple[tuple[str, ...], str | None, str]:
+    """modules.json's layout of a MultiVectorEncoder folder, as (Dense module paths, the Normalize's or None, the
+    MultiVectorMask's): one Transformer, any Dense modules on the token embeddings, then the mask and at most one
+    Normalize of the token embeddings in either order (the mask drops vectors; normalising scales each alone)."""
+    dense = next((i for i, kind in enumerate(classes[1:], 1) if kind != "Dense"), len(classes))
+    if classes[0] != "Transformer" or sorted(classes[dense:]) not in (["MultiVectorMask"], ["MultiVectorMask", "Normalize"]):
+        raise InputError(f"the modules in {where} are {' -> '.join(classes)}; encoderrt compiles a MultiVectorEncoder as "
+                         "Transformer -> any Dense modules -> MultiVectorMask, with or without a Normalize beside it")
+    paths = [str(entry.get("path", "")) for entry in entries]
+    normalize = paths[classes.index("Normalize")] if "Normalize" in classes else None
+    return tuple(paths[1:dense]), normalize, paths[classes.index("MultiVectorMask")]
 
 
 def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], st_config: dict[str, Any],

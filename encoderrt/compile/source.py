@@ -148,11 +148,15 @@ def _read_modules(folder: Path) -> _Modules | None:
                              "CrossEncoder as Transformer -> LogitScore")
         return _Modules(entries[0].get("path", ""), logit_score_path=entries[1].get("path", ""))
     if "MultiVectorMask" in classes:
-        if classes[0] != "Transformer" or classes[-1] != "MultiVectorMask" or set(classes[1:-1]) - {"Dense"}:
-            raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a MultiVectorEncoder "
-                             "as Transformer -> any Dense modules -> MultiVectorMask")
-        return _Modules(entries[0].get("path", ""), dense_paths=tuple(e.get("path", "") for e in entries[1:-1]),
-                        multi_vector_path=entries[-1].get("path", ""))
+        from encoderrt.compile.multi_vector import read_layout
+
+        dense_paths, normalize, mask = read_layout(path, entries, classes)
+        scaled = _read_optional_json(folder / normalize / "config.json").get("module_input_name") if normalize is not None else None
+        if normalize is not None and scaled != "token_embeddings":
+            raise InputError(f"the Normalize module in {folder / normalize} normalises {scaled or 'sentence_embedding'}; "
+                             "a multi-vector model's normalises the token embeddings")
+        return _Modules(entries[0].get("path", ""), dense_paths=dense_paths, normalize=normalize is not None,
+                        multi_vector_path=mask)
     for kind in classes:
         if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
@@ -317,6 +321,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
 
         assert modules is not None and modules.multi_vector_path is not None
         dense_folders = tuple(folder / path for path in modules.dense_paths)
+        normalize = modules.normalize
         multi_vector = read_rules(_read_optional_json(weights_folder / "sentence_bert_config.json"),
                                   _read_optional_json(folder / modules.multi_vector_path / "config.json"), st_config,
                                   weights_folder)

@@ -179,7 +179,11 @@ class Engine:
         return self._tokenizer.decode(batch, self.manifest.shape.vocab_size, skip_special_tokens)
 
     def count_tokens(self, texts: Sequence[str] = (), pairs: Sequence[tuple[str, str]] = ()) -> int:
-        """Tokens these inputs take through the engine (truncated at the model's limit)."""
+        """Tokens these inputs take through the engine (truncated at the model's limit); a multi-vector model runs
+        a pair's query and document apart, each distinct one once."""
+        if pairs and self.manifest.task == "multi_vector":
+            firsts, seconds = zip(*pairs)
+            texts, pairs = [*texts, *dict.fromkeys(firsts), *dict.fromkeys(seconds)], ()
         total = sum(len(r.ids) for r in self._tokenizer.encode(list(texts))) if texts else 0
         if pairs:
             firsts, seconds = zip(*pairs)

@@ -279,3 +279,24 @@ def test_the_backend_alone_keeps_every_stream_busy_across_passes(tiny_artifacts,
     streams_rate = raw.tokens / (1.5 * 0.02)  # two streams busy all the time: 3 batches per 30 ms
     assert raw.run(duration=0.6) > 0.9 * streams_rate
     assert backend.most_at_once == 2
+
+
+def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, compile_artifact, tmp_path):
+    """A ColBERT model's rerank workload runs MaxSim in the engine and through /rerank, its reference is
+    MultiVectorEncoder's encode_query / encode_document and its own similarity on the same lists; passages run as
+    document vectors (vLLM's /pooling token_embed over HTTP)."""
+    import tiny_models as tm
+
+    artifact = compile_artifact(tm.colbert_folder(tiny_dir / "bench-colbert"), tmp_path / "colbert").path
+    out = tmp_path / "report"
+    run = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", str(artifact), "--mode", "both",
+                          "--concurrency", "1", "--duration", "0.3", "--scale", "0.1", "--reference", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert {(r["workload"], r["mode"]) for r in report["results"]} == {
+        (w, m) for w in ("queries", "passages", "rerank") for m in ("engine", "http")}
+    for row in report["results"]:
+        assert row["tokens_per_s"] > 0 and row["ratio_to_reference"] > 0
+    (name,) = {p["name"] for kinds in report["references"].values() for passes in kinds.values() for p in passes}
+    assert name == "MultiVectorEncoder.encode + MaxSim fp32, batch 32"

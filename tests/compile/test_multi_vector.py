@@ -19,8 +19,8 @@ DOCUMENTS = ["the amazon rainforest, covers much of the amazon basin of south am
 
 VARIANTS = {
     "classic": {},  # fixed expansion to 16 tokens, not attended to; MaxSim
-    "attended-min-mean": {"expansion": {"strategy": "min", "attend": True, "length": 8}, "similarity": "meanmaxsim",
-                          "query_length": 12},
+    "attended-min-mean-normalized": {"expansion": {"strategy": "min", "attend": True, "length": 8},
+                                     "similarity": "meanmaxsim", "query_length": 12, "normalize": True},
 }
 
 
@@ -96,3 +96,19 @@ def test_refusals_name_the_problem(colbert, compile_artifact, tmp_path, minilm_f
     with Engine.load(minilm_fp32.path) as engine:
         with pytest.raises(InvalidRequest, match="embed_multi_vector is not available for this embed model"):
             engine.embed_multi_vector(["fox"])
+
+
+def test_a_layout_it_does_not_compile_is_refused_by_name(colbert, tmp_path):
+    """A Dense module after the mask (or a sentence-level Normalize) is no MultiVectorEncoder encoderrt compiles:
+    one line naming the modules, and nothing written."""
+    import json
+    import shutil
+
+    from encoderrt.compile import CompileOptions, InputError, compile_model
+
+    folder = shutil.copytree(colbert[0], tmp_path / "reordered")
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([modules[0], *modules[2:], modules[1]]))
+    with pytest.raises(InputError, match="are Transformer -> MultiVectorMask.* -> Dense; encoderrt compiles a MultiVectorEncoder"):
+        compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
+    assert not (tmp_path / "out").exists()

@@ -28,3 +28,16 @@ def test_nan_outputs_fail_parity():
     logits = np.array([[0.5], [1.5], [-0.3]], dtype=np.float32)
     _, failures = compare("score", "fp32", logits, [np.where(logits > 1, np.inf, logits)], activation="sigmoid")
     assert "1 outputs are NaN or infinite" in failures
+
+
+def test_a_multi_vector_model_is_lossless_only_where_its_maxsim_rankings_hold():
+    """Token vectors as rows, `lengths` of them per probe: the lossless tier asks each probe, as a query, to rank the
+    probes as the reference does (by hand: probe 0's best match moves from probe 1 to probe 2)."""
+    e = np.eye(4, dtype=np.float32)
+    reference = np.stack([e[0], e[1] + 0.30 * e[0], e[2] + 0.29 * e[0], e[3]])  # one vector per probe
+    figures, _ = compare("multi_vector", "bf16", reference, [reference * 1.0], lengths=[1, 1, 1, 1])
+    assert figures["spearman"] == 1.0 and figures["lossless"] is True
+    swapped = reference.copy()
+    swapped[2] = e[2] + 0.31 * e[0]  # now probe 2 outscores probe 1 against probe 0, its vector turned 0.02 rad
+    figures, failures = compare("multi_vector", "bf16", reference, [swapped], lengths=[1, 1, 1, 1])
+    assert figures["spearman"] < 0.999 and figures["lossless"] is False and not failures  # bf16's own tolerance holds

@@ -50,8 +50,7 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         if total > model.max_token_embeddings:
             raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
                                  f"{model.max_token_embeddings} token vectors: send fewer or shorter texts")
-        rules = _rules(model)
-        return Plan(rows, lambda states: [scored(rules, row, state, self.side) for row, state in zip(rows, states)],
+        return Plan(rows, lambda states: [scored(model, row, state, self.side) for row, state in zip(rows, states)],
                     token_embeddings=True)
 
 
@@ -90,11 +89,15 @@ def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
                         attended=-1 if rules.expansion_attend else len(row.ids))
 
 
-def scored(rules: MultiVector, row: Tokens, vectors: np.ndarray, side: str) -> np.ndarray:
-    """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens."""
+def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str) -> np.ndarray:
+    """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
+    length where the model normalises."""
+    rules = _rules(model)
     vectors = vectors.astype(np.float32, copy=False)
     if side in rules.skip_sides and rules.skip_ids:
-        return vectors[~np.isin(np.asarray(row.ids), rules.skip_ids)]
+        vectors = vectors[~np.isin(np.asarray(row.ids), rules.skip_ids)]
+    if model.manifest.normalize:
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
     return vectors
 
 

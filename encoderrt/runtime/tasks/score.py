@@ -87,7 +87,7 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     mean = rules.similarity == "meanmaxsim"
 
     def scores(states: list[np.ndarray]) -> list[float]:
-        vectors = [scored(rules, row, state, "query" if i < len(queries) else "document")
+        vectors = [scored(model, row, state, "query" if i < len(queries) else "document")
                    for i, (row, state) in enumerate(zip(rows, states))]
         result = np.zeros(len(firsts), np.float64)
         for text, q in query_index.items():
