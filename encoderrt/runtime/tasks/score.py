@@ -84,14 +84,16 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     rules = model.manifest.multi_vector
     assert rules is not None
     query_index, document_index = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(documents)}
+    pairs_of: list[list[int]] = [[] for _ in queries]  # each query's pairs, in one pass over them
+    for i, first in enumerate(firsts):
+        pairs_of[query_index[first]].append(i)
     mean = rules.similarity == "meanmaxsim"
 
     def scores(states: list[np.ndarray]) -> list[float]:
         vectors = [scored(model, row, state, "query" if i < len(queries) else "document")
                    for i, (row, state) in enumerate(zip(rows, states))]
         result = np.zeros(len(firsts), np.float64)
-        for text, q in query_index.items():
-            pairs = [i for i, first in enumerate(firsts) if first == text]
+        for q, pairs in enumerate(pairs_of):
             docs = [vectors[len(queries) + document_index[seconds[i]]] for i in pairs]
             result[pairs] = maxsim(vectors[q], docs, mean)
         return result.tolist()
