@@ -79,9 +79,14 @@ def float32_base64(vector: np.ndarray) -> str:
     return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
 
 
-def encoded(vector: np.ndarray, encoding_format: str) -> np.ndarray | str:
-    """OpenAI's encoding_format: the floats, or "base64"."""
-    return float32_base64(vector) if encoding_format == "base64" else vector
+def encoded(vector: np.ndarray, encoding_format: str, embed_dtype: str = "float32") -> np.ndarray | str:
+    """OpenAI's encoding_format: the floats, or "base64" (little-endian float32, or float16 where vLLM's embed_dtype
+    asks for half the bytes)."""
+    if encoding_format != "base64":
+        return vector
+    if embed_dtype == "float16":
+        return base64.b64encode(vector.astype("<f2").tobytes()).decode("ascii")
+    return float32_base64(vector)
 
 
 def new_id(prefix: str) -> str:

@@ -76,10 +76,12 @@ class PoolingBody(RequestBody):
     truncate_prompt_tokens: int | None = None
     use_activation: bool | None = None
     """embed: L2 normalisation (unset: the model's default); classify: the activation (false: raw logits)."""
+    embed_dtype: Literal["float32", "float16"] = "float32"
+    """vLLM's: the floats' type in base64 (float16: half the bytes, for a multi-vector model's many vectors)."""
     side: Literal["query", "document"] | None = None
     """token_embed of a multi-vector (ColBERT) model: the query side's rules (its prompt, its expansion) or the
     document side's (the default: its prompt, punctuation dropped). An encoderrt extension; base64 is the
-    [tokens, dim] float32 array row by row."""
+    [tokens, dim] array row by row, in embed_dtype."""
 
 
 class TokenizeBody(RequestBody):
@@ -138,12 +140,12 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if task == "embed":
         completion = await served.engine.arun(EmbedRequest(texts, body.use_activation, body.dimensions, truncate,
                                                            token_ids=token_ids))
-        rows = [common.encoded(vector, body.encoding_format) for vector in completion.value]
+        rows = [common.encoded(vector, body.encoding_format, body.embed_dtype) for vector in completion.value]
     elif task == "token_embed":
         if token_ids is not None or body.dimensions is not None:
             raise InvalidRequest("task 'token_embed' takes texts, without dimensions")
         completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate))
-        rows = [common.encoded(vectors, body.encoding_format) for vectors in completion.value]
+        rows = [common.encoded(vectors, body.encoding_format, body.embed_dtype) for vectors in completion.value]
     else:
         if body.side is not None:
             raise InvalidRequest("side applies to task 'token_embed' of a multi-vector model")

@@ -73,3 +73,9 @@ def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
     assert packed.status_code == 200, packed.text
     vectors = np.frombuffer(base64.b64decode(packed.json()["data"][0]["data"]), dtype="<f4").reshape(-1, 24)
     np.testing.assert_allclose(vectors, reference.encode_document(DOCUMENTS[:1])[0].numpy(), atol=1e-4)
+    half = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS[:1], "encoding_format": "base64",
+                                              "embed_dtype": "float16"}, timeout=60)
+    assert half.status_code == 200, half.text
+    halves = np.frombuffer(base64.b64decode(half.json()["data"][0]["data"]), dtype="<f2").reshape(-1, 24)
+    assert halves.nbytes * 2 == vectors.nbytes
+    np.testing.assert_allclose(halves.astype(np.float32), vectors, rtol=1e-3, atol=1e-3)
