@@ -293,11 +293,12 @@ def compare(task: str, precision: str, reference: np.ndarray, candidates: list[n
         figures["max_abs_logit_diff"] = float(max(np.abs(reference - c).max() for c in candidates))
         figures["max_abs_score_diff"] = float(max(np.abs(apply(reference) - apply(c)).max() for c in candidates))
         figures["spearman"] = float(min(spearman(reference, c) for c in candidates))
-    if task == "multi_vector" and lengths:
+    rankings = task == "multi_vector" and bool(lengths)
+    if rankings:
         figures["spearman"] = float(min(_maxsim_spearman(reference, c, lengths) for c in candidates))
     failures = broken(figures, tolerance)
     figures["tolerance"] = {k: v for k, v in vars(tolerance).items() if v is not None}
-    figures["lossless"] = not broken(figures, LOSSLESS["multi_vector" if "spearman" in figures and kind == "embed" else kind])
+    figures["lossless"] = not broken(figures, LOSSLESS["multi_vector" if rankings else kind])
     return figures, failures
 
 

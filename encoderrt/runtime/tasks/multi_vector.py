@@ -54,7 +54,7 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
                     token_embeddings=True)
 
 
-def _rules(model: ModelContext) -> MultiVector:
+def rules_of(model: ModelContext) -> MultiVector:
     rules = model.manifest.multi_vector
     assert rules is not None  # the manifest refuses a multi_vector task without them
     return rules
@@ -66,7 +66,7 @@ def side_rows(model: ModelContext, texts: list[str], side: str, truncate: Trunca
     a query filled up to the expansion length."""
     if side not in SIDES:
         raise InvalidRequest(f"side must be 'query' or 'document', got {side!r}")
-    rules = _rules(model)
+    rules = rules_of(model)
     if prompt_name is None and prompt is None:
         prompt_name = next((name for name in _SIDE_PROMPTS[side] if name in model.manifest.prompts), None)
     prefix = model.prompt(prompt_name, prompt)
@@ -92,7 +92,7 @@ def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
 def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str) -> np.ndarray:
     """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
     length where the model normalises."""
-    rules = _rules(model)
+    rules = rules_of(model)
     vectors = vectors.astype(np.float32, copy=False)
     if side in rules.skip_sides and rules.skip_ids:
         vectors = vectors[~np.isin(np.asarray(row.ids), rules.skip_ids)]

@@ -13,7 +13,7 @@ from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
-from encoderrt.runtime.tasks.multi_vector import maxsim, scored, side_rows
+from encoderrt.runtime.tasks.multi_vector import maxsim, rules_of, scored, side_rows
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 
@@ -81,13 +81,11 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     queries, documents = list(dict.fromkeys(firsts)), list(dict.fromkeys(seconds))
     rows = (side_rows(model, queries, "query", truncate, prompt_name, prompt)
             + side_rows(model, documents, "document", truncate, None, None))
-    rules = model.manifest.multi_vector
-    assert rules is not None
     query_index, document_index = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(documents)}
     pairs_of: list[list[int]] = [[] for _ in queries]  # each query's pairs, in one pass over them
     for i, first in enumerate(firsts):
         pairs_of[query_index[first]].append(i)
-    mean = rules.similarity == "meanmaxsim"
+    mean = rules_of(model).similarity == "meanmaxsim"
 
     def scores(states: list[np.ndarray]) -> list[float]:
         vectors = [scored(model, row, state, "query" if i < len(queries) else "document")
