@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderrt.runtime.backends import Batch, load_backend
+from encoderrt.runtime.backends import Batch, first_output, load_backend
 from encoderrt.runtime.manifest import read_manifest, sha256_file
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -30,7 +30,7 @@ def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bo
     encodings = tokenizer.encode_pairs(*zip(*pairs)) if pairs is not None else tokenizer.encode(texts)
     if drop_token_type_ids:  # what a serving stack that forgets the segment ids would compute
         encodings = [row._replace(type_ids=[0] * len(row.ids)) for row in encodings]
-    return backend.run(Batch(encodings, tokenizer.pad)).pooled
+    return first_output(backend, Batch(encodings, tokenizer.pad))
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ class ControlledBackend:
 
     def __init__(self, inner):
         self.inner = inner
-        self.input_names = inner.input_names
+        self.input_names, self.output_names = inner.input_names, inner.output_names
         self.max_batch_tokens = inner.max_batch_tokens
         self.parallel_runs = 1  # one batch at a time, so a test holds exactly the batch it gates
         self.execution = inner.execution

@@ -16,7 +16,7 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.pooling import pool
 from encoderrt.compile.source import SourceModel
 from encoderrt.models.attention import OPSET, sdpa_with_padding_masks, set_attention, through_attention_interface
-from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
+from encoderrt.runtime.manifest import PER_TOKEN_OUTPUTS
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, ROW_INPUTS
 
 
@@ -226,8 +226,8 @@ def example_inputs(source: SourceModel) -> tuple[torch.Tensor, ...]:
 def export_onnx(source: SourceModel, module: torch.nn.Module, path: Path) -> None:
     names = list(source.graph_inputs)
     dynamic_axes = {name: {0: "batch"} if name in ROW_INPUTS else {0: "batch", 1: "sequence"} for name in names}
-    dynamic_axes[output_name(source)] = {0: "batch"}
-    dynamic_axes[TOKEN_EMBEDDINGS] = {0: "batch", 1: "sequence"}
+    for output in source.graph_outputs:
+        dynamic_axes[output] = {0: "batch", 1: "sequence"} if output in PER_TOKEN_OUTPUTS else {0: "batch"}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         torch.onnx.export(

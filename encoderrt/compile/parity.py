@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.backends import Batch, load_backend
+from encoderrt.runtime.backends import Batch, first_output, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
@@ -241,9 +241,9 @@ def engine_outputs(
         encodings = [row._replace(adapter=adapter) for row, adapter in zip(encodings, adapters)]
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
-    batched = np.concatenate([_rows(backend.run(batch).pooled, batch, manifest)
+    batched = np.concatenate([_rows(first_output(backend, batch), batch, manifest)
                               for batch in token_batches(encodings, tokenizer.pad, budget)])
-    single = np.concatenate([_rows(backend.run(batch).pooled, batch, manifest)
+    single = np.concatenate([_rows(first_output(backend, batch), batch, manifest)
                              for batch in (Batch([e], tokenizer.pad) for e in encodings)])
     return batched.astype(np.float32), single.astype(np.float32)
 

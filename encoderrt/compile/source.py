@@ -17,7 +17,7 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.chat_template import ChatTemplate
-from encoderrt.runtime.manifest import POOLINGS, TOKEN_EMBEDDINGS, Activation, MultiVector, Pooling, Task
+from encoderrt.runtime.manifest import MULTI_VECTORS, POOLINGS, TOKEN_EMBEDDINGS, Activation, MultiVector, Pooling, Task
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "multi-vector-encoder", "transformers"]
@@ -79,7 +79,7 @@ class SourceModel:
     @property
     def output_name(self) -> str:
         if self.task == "multi_vector":
-            return TOKEN_EMBEDDINGS
+            return MULTI_VECTORS
         return "embeddings" if self.task in ("embed", "sparse") else "logits"
 
     @property

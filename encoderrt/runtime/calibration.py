@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.backends import Backend
-from encoderrt.runtime.backends.base import Batch, Padder
+from encoderrt.runtime.backends.base import Batch, Padder, first_output
 from encoderrt.runtime.manifest import ManifestError
 from encoderrt.runtime.throughput import pass_seconds
 from encoderrt.runtime.tokenizer import Tokens
@@ -106,7 +106,7 @@ def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int,
     positions than the graph's table, or another output width, is refused at load rather than failing requests."""
     ids = [1] + [min(100, vocab_size - 1)] * (max_length - 2) + [2]
     try:
-        outputs = backend.run(Batch([Tokens(ids, [0] * max_length)], pad)).pooled
+        outputs = first_output(backend, Batch([Tokens(ids, [0] * max_length)], pad))
     except Exception as exc:  # noqa: BLE001 - whatever the backend says, the artifact is inconsistent
         raise ManifestError(f"the graph cannot run the manifest's max_length of {max_length} tokens "
                             f"({type(exc).__name__}): the manifest does not match its graph") from None

@@ -196,7 +196,7 @@ class Engine:
         start = time.perf_counter()
         planned = plan(self._model, request)
         tokenized = time.perf_counter()
-        completed = self._scheduler.submit(planned.rows, planned.token_embeddings).result()
+        completed = self._scheduler.submit(planned.rows, planned.outputs).result()
         return self._complete(planned, completed, tokenized - start)
 
     async def arun(self, request: Request[R]) -> Completion:
@@ -208,13 +208,13 @@ class Engine:
             planned = await loop.run_in_executor(None, plan, self._model, request)
         tokenized = time.perf_counter()
         # cancelling the awaiting task cancels the Future, and the scheduler drops its rows
-        completed = await asyncio.wrap_future(self._scheduler.submit(planned.rows, planned.token_embeddings))
+        completed = await asyncio.wrap_future(self._scheduler.submit(planned.rows, planned.outputs))
         if planned.blocking_finish:
             return await loop.run_in_executor(None, self._complete, planned, completed, tokenized - start)
         return self._complete(planned, completed, tokenized - start)
 
     def _complete(self, planned: Plan, completed: Completed, tokenize_seconds: float) -> Completion:
-        if planned.token_embeddings:
+        if planned.outputs:
             outputs: Any = completed.outputs
         elif completed.outputs:
             outputs = np.stack(completed.outputs)

@@ -29,8 +29,11 @@ TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse", "multi_vector"
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 TOKEN_EMBEDDINGS = "token_embeddings"
 """The second output of an embedding graph: every token's final hidden state [rows, width, hidden], before pooling
-(sentence-transformers' output_value="token_embeddings", TEI's /embed_all); the only output of a multi-vector
-graph: every token's projected vector [rows, width, dim]."""
+(sentence-transformers' output_value="token_embeddings", TEI's /embed_all)."""
+MULTI_VECTORS = "multi_vectors"
+"""A multi-vector model's only output: every token's projected vector [rows, width, dim] (ColBERT's)."""
+PER_TOKEN_OUTPUTS: tuple[str, ...] = (TOKEN_EMBEDDINGS, MULTI_VECTORS)
+"""Graph outputs with a value per token ([rows, width, ...]): a row's are cut to its own tokens."""
 SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1p_relu", "splade_sum_log1p_relu")
 """SpladePooling's strategy, and its activation where it is not the standard log(1 + relu) (OpenSearch's second log1p)."""
 """SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""

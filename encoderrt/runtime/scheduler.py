@@ -29,6 +29,7 @@ from encoderrt.runtime.admission import Admission
 from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
+from encoderrt.runtime.manifest import PER_TOKEN_OUTPUTS
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
 
@@ -43,8 +44,9 @@ with a stream idle); with this rule it is 10.9-12.6 ms, and at 50/s p50 is 6.8-7
 
 @dataclass(frozen=True)
 class Completed:
-    outputs: list[np.ndarray]
-    """One output row per submitted row, in submission order."""
+    outputs: list[np.ndarray] | list[dict[str, np.ndarray]]
+    """One output row per submitted row, in submission order: the graph's first output's row, or, where the
+    submission named outputs, each of them by name (a per-token one cut to the row's own tokens)."""
     queue_seconds: float
     inference_seconds: float
 
@@ -52,19 +54,19 @@ class Completed:
 class _Ticket:
     """One submission: its result slots and the Future its caller waits on."""
 
-    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock", "token_states")
+    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock", "named")
 
-    def __init__(self, size: int, token_states: bool = False):
-        self.token_states = token_states
-        """Wants each row's token states ([tokens, hidden]) instead of its pooled output."""
+    def __init__(self, size: int, named: tuple[str, ...] = ()):
+        self.named = named
+        """The graph outputs it wants by name, instead of the first one."""
         self.future: Future[Completed] = Future()
-        self.outputs: list[np.ndarray | None] = [None] * size
+        self.outputs: list[np.ndarray | dict[str, np.ndarray] | None] = [None] * size
         self.remaining = size
         self.submitted = time.perf_counter()
         self.started: float | None = None
         self.lock = threading.Lock()
 
-    def deliver(self, index: int, output: np.ndarray) -> None:
+    def deliver(self, index: int, output: np.ndarray | dict[str, np.ndarray]) -> None:
         with self.lock:
             self.outputs[index] = output
             self.remaining -= 1
@@ -104,9 +106,15 @@ class _Row:
         return before - len(self.consumers)
 
 
-def _wants_token_states(rows: Sequence[_Row]) -> bool:
-    """A caller of some row wants token states (such a batch runs on a stream, never alone)."""
-    return any(ticket.token_states for row in rows for ticket, _ in row.consumers)
+def _named_outputs(rows: Sequence[_Row]) -> set[str]:
+    """The outputs the rows' callers name (a batch that returns any runs on a stream, never alone)."""
+    return {name for row in rows for ticket, _ in row.consumers for name in ticket.named}
+
+
+def _row_outputs(outputs: dict[str, np.ndarray], names: tuple[str, ...], row: int, tokens: int) -> dict[str, np.ndarray]:
+    """One row's named outputs: a per-token one cut to the row's own tokens (the padding's are not the caller's)."""
+    return {name: outputs[name][row, :tokens].copy() if name in PER_TOKEN_OUTPUTS else outputs[name][row]
+            for name in names}
 
 
 class Scheduler:
@@ -147,9 +155,9 @@ class Scheduler:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, rows: Sequence[Tokens], token_states: bool = False) -> Future[Completed]:
-        """`token_states`: deliver each row's token states instead of its output."""
-        ticket = _Ticket(len(rows), token_states)
+    def submit(self, rows: Sequence[Tokens], outputs: tuple[str, ...] = ()) -> Future[Completed]:
+        """`outputs`: deliver each row's outputs of these names, instead of its row of the graph's first output."""
+        ticket = _Ticket(len(rows), outputs)
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
@@ -228,7 +236,7 @@ class Scheduler:
                 if batch:
                     idle = not self._in_flight and not self._rows
                     alone = (can_run_alone and idle and self._company < ALONE_WHILE_COMPANY_BELOW
-                             and not _wants_token_states(batch))
+                             and not _named_outputs(batch))
                     self._in_flight += 1
                     self._alone = alone
                     if self._rows:  # submit woke one worker: rows left over are another's to run
@@ -279,7 +287,11 @@ class Scheduler:
             for ticket, _ in row.consumers:
                 if ticket.started is None:
                     ticket.started = started
-        batch = Batch([row.tokens for row in rows], self._pad, token_states=_wants_token_states(rows), alone=alone)
+        first = backend.output_names[0]
+        named = _named_outputs(rows)
+        if named and any(not ticket.named for row in rows for ticket, _ in row.consumers):
+            named.add(first)
+        batch = Batch([row.tokens for row in rows], self._pad, outputs=tuple(sorted(named)), alone=alone)
         try:
             result = backend.run(batch)
         except Exception as exc:  # noqa: BLE001 - any backend failure must fail this batch only and keep the loop serving
@@ -297,9 +309,8 @@ class Scheduler:
         computed = real_tokens if backend.capabilities.packed_input else batch.padded_tokens  # a packed run pads nothing
         self.admission.observe(real_tokens, batch.padded_tokens, time.perf_counter(), more_queued=bool(self._rows))
         self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=computed)
-        states = result.token_states
-        for i, (row, output) in enumerate(zip(rows, result.pooled)):
+        for i, row in enumerate(rows):
             for ticket, index in row.consumers:
-                # a row's own tokens only: the padding's states are not the caller's
-                ticket.deliver(index, states[i, : len(row.tokens.ids)].copy() if ticket.token_states else output)
+                ticket.deliver(index, _row_outputs(result, ticket.named, i, len(row.tokens.ids)) if ticket.named
+                               else result[first][i])
         return ended

@@ -42,7 +42,7 @@ def test_token_vectors_match_multi_vector_encoder(target, colbert, compile_artif
     folder, reference = colbert
     result = compile_artifact(folder, tmp_path / "out", target=target)
     manifest = read_manifest(result.path)
-    assert manifest.task == "multi_vector" and manifest.outputs == ("token_embeddings",)
+    assert manifest.task == "multi_vector" and manifest.outputs == ("multi_vectors",)
     assert manifest.shape.output_dim == 24 and manifest.parity["min_cosine"] >= 0.99999
     with Engine.load(result.path) as engine:
         for side, texts in (("query", QUERIES), ("document", DOCUMENTS)):

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from encoderrt.runtime.backends import Capabilities, Outputs
+from encoderrt.runtime.backends import Capabilities
 from encoderrt.runtime.calibration import calibrate
 from encoderrt.runtime.tokenizer import Tokens
 
@@ -23,6 +23,7 @@ class CostModel:
         self.lock = threading.Lock()
 
     capabilities = Capabilities()
+    output_names = ("embeddings",)
 
     def run(self, batch):
         with self.lock:
@@ -31,7 +32,7 @@ class CostModel:
         time.sleep(self.fixed + self.per_token * batch.padded_tokens)
         with self.lock:
             self.running -= 1
-        return Outputs(np.zeros((len(batch.rows), 4), dtype=np.float32))
+        return {"embeddings": np.zeros((len(batch.rows), 4), dtype=np.float32)}
 
 
 def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:

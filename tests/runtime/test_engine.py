@@ -344,7 +344,7 @@ def test_token_id_input(minilm_engine):
 @pytest.mark.parametrize("vocab_size", [30522, 99])
 def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
     """A 99-token vocabulary (the tiny Unigram checkpoints) once got id 100, and Engine.load failed in the backend."""
-    from encoderrt.runtime.backends import Capabilities, Outputs
+    from encoderrt.runtime.backends import Capabilities
     from encoderrt.runtime.calibration import calibrate
     from encoderrt.runtime.tokenizer import Tokens
 
@@ -352,6 +352,7 @@ def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
         max_batch_tokens = None
         parallel_runs = 1
         capabilities = Capabilities()
+        output_names = ("embeddings",)
 
         def __init__(self):
             self.fed: list[np.ndarray] = []
@@ -360,7 +361,7 @@ def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
             ids = batch.padded()["input_ids"]
             if not self.fed or ids is not self.fed[-1]:  # each batch once, not each of its timed runs
                 self.fed.append(ids)
-            return Outputs(np.zeros((len(batch.rows), 4), dtype=np.float32))
+            return {"embeddings": np.zeros((len(batch.rows), 4), dtype=np.float32)}
 
     def pad(rows: list[Tokens]) -> dict[str, np.ndarray]:
         return {"input_ids": np.array([row.ids for row in rows])}

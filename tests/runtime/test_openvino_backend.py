@@ -30,7 +30,7 @@ def test_a_lone_batch_runs_on_every_thread_and_gives_the_streams_answer(tiny_mod
     the only work. It must give what the streams give (fp32: the same numbers up to summation order)."""
     import numpy as np
 
-    from encoderrt.runtime.backends import BackendOptions, Batch, load_backend
+    from encoderrt.runtime.backends import BackendOptions, Batch, first_output, load_backend
     from encoderrt.runtime.manifest import read_manifest
     from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
 
@@ -40,7 +40,7 @@ def test_a_lone_batch_runs_on_every_thread_and_gives_the_streams_answer(tiny_mod
     rows = tokenizer.encode(workloads.passages(5, seed=9))
     split = load_backend(manifest, artifact, BackendOptions(2))
     assert split.parallel_runs == 2 and "a lone batch on all 2" in split.execution and split.capabilities.runs_alone
-    np.testing.assert_allclose(split.run(Batch(rows, tokenizer.pad, alone=True)).pooled,
-                               split.run(Batch(rows, tokenizer.pad)).pooled, atol=1e-5)
+    np.testing.assert_allclose(first_output(split, Batch(rows, tokenizer.pad, alone=True)),
+                               first_output(split, Batch(rows, tokenizer.pad)), atol=1e-5)
     single = load_backend(manifest, artifact, BackendOptions(1))  # one thread, one stream: nothing to gain
     assert single.parallel_runs == 1 and not single.capabilities.runs_alone

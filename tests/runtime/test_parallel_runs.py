@@ -9,7 +9,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.runtime import engine as engine_module
-from encoderrt.runtime.backends import Batch
+from encoderrt.runtime.backends import Batch, first_output
 from encoderrt.runtime.errors import InferenceFailed
 from encoderrt.runtime.throughput import pass_seconds
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer, Tokens
@@ -20,7 +20,7 @@ class TwoStreams:
 
     def __init__(self, inner):
         self.inner = inner
-        self.input_names, self.max_batch_tokens = inner.input_names, inner.max_batch_tokens
+        self.input_names, self.output_names, self.max_batch_tokens = inner.input_names, inner.output_names, inner.max_batch_tokens
         self.parallel_runs, self.execution, self.capabilities = 2, "two streams", inner.capabilities
         self.in_flight = self.most_in_flight = 0
         self.changed = threading.Condition()
@@ -49,7 +49,7 @@ def test_the_scheduler_keeps_parallel_runs_batches_in_flight(tiny_artifacts, mon
         assert engine.info.parallel_runs == 2 and engine.info.execution == "two streams"
         texts = [f"text number {i} " * (1 + i % 5) for i in range(40)]  # more rows than one 64-token batch holds
         embeddings = engine.embed(texts)
-        expected = np.concatenate([made[0].inner.run(Batch(engine._tokenizer.encode([t]), engine._tokenizer.pad)).pooled
+        expected = np.concatenate([first_output(made[0].inner, Batch(engine._tokenizer.encode([t]), engine._tokenizer.pad))
                                    for t in texts])
     assert made[0].most_in_flight == 2
     np.testing.assert_allclose(embeddings, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
@@ -75,7 +75,7 @@ class LoneRuns:
 
     def __init__(self, inner):
         self.inner = inner
-        self.input_names, self.max_batch_tokens = inner.input_names, inner.max_batch_tokens
+        self.input_names, self.output_names, self.max_batch_tokens = inner.input_names, inner.output_names, inner.max_batch_tokens
         self.parallel_runs, self.execution = 2, "two streams, lone batches on both cores"
         self.capabilities = replace(inner.capabilities, runs_alone=True)
         self.ran: list[tuple[str, int]] = []

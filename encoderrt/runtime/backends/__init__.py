@@ -13,10 +13,18 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from encoderrt.runtime.backends.base import Backend, BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
+from encoderrt.runtime.backends.base import (
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    Batch,
+    Capabilities,
+    Outputs,
+    first_output,
+)
 from encoderrt.runtime.manifest import Manifest
 
-__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Outputs", "load_backend"]
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Outputs", "first_output", "load_backend"]
 
 
 @cache

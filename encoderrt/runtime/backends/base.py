@@ -2,8 +2,9 @@
 
 A `Batch` holds token rows and makes the layout a backend asks for, once: `padded()` (right-padded [rows, width]
 feeds, exactly the graph's inputs) or `packed()` (the real tokens end to end with cu_seqlens, no padding at all).
-It also says what the scheduler wants of this run: token states beside the pooled output, or the whole machine
-for a batch that is the only work. A backend declares which of those it can do in `capabilities`, so the scheduler
+It also says what the scheduler wants of this run: which of the graph's outputs, by name (the first, every row's
+pooled vector or logits, unless it names others: token states, a multi-vector model's vectors, bge-m3's lexical
+weights), and whether it may take the whole machine, being the only work. A backend declares which of those it can do in `capabilities`, so the scheduler
 never probes for methods. `run` must be safe to call from `parallel_runs` threads at once.
 """
 
@@ -20,7 +21,7 @@ from encoderrt.runtime.errors import BackendUnavailable
 from encoderrt.runtime.packing import pack_rows
 from encoderrt.runtime.tokenizer import Tokens
 
-__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Feeds", "Outputs"]
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Feeds", "Outputs", "first_output"]
 
 Feeds = dict[str, np.ndarray]
 Padder = Callable[[Sequence[Tokens]], Feeds]
@@ -42,8 +43,6 @@ class Capabilities:
     runs_alone: bool = False
     """A batch marked `alone` runs on every core, where the backend's parallel runs otherwise split the cores
     between them (OpenVINO's streams): the scheduler marks a batch so only when it is the only work."""
-    token_states: bool = False
-    """Returns each row's token states when a batch asks (artifacts compiled with the token_embeddings output)."""
     packed_input: bool = False
     """Runs `Batch.packed()`: its graph's attention takes packed sequences, so no work is spent on padding."""
 
@@ -51,15 +50,15 @@ class Capabilities:
 class Batch:
     """One backend run over token rows; each layout is made on first use and kept."""
 
-    __slots__ = ("rows", "token_states", "alone", "_pad", "_padded", "_packed")
+    __slots__ = ("rows", "outputs", "alone", "_pad", "_padded", "_packed")
 
     def __init__(self, rows: Sequence[Tokens], pad: Padder | None = None, *, padded: Feeds | None = None,
-                 token_states: bool = False, alone: bool = False):
+                 outputs: tuple[str, ...] = (), alone: bool = False):
         """`pad` makes the padded feeds from the rows (the tokenizer's); `padded` gives them outright, for a graph
         that is not a token model (the bench's GEMM ceiling)."""
         self.rows = rows
-        self.token_states = token_states
-        """Return each row's token states ([rows, width, hidden]) beside the pooled output."""
+        self.outputs = outputs
+        """The graph outputs to return, by name; (): the first alone."""
         self.alone = alone
         """It is the only work: run it on every core (backends whose capabilities say runs_alone)."""
         self._pad = pad
@@ -90,6 +89,13 @@ class Batch:
             self._packed = pack_rows(self.rows)
         return self._packed
 
+    def wanted(self, output_names: tuple[str, ...]) -> tuple[str, ...]:
+        """The outputs to return from a graph with these outputs; one it lacks is a ValueError."""
+        missing = [name for name in self.outputs if name not in output_names]
+        if missing:
+            raise ValueError(f"the graph has no output {', '.join(missing)} (it has {', '.join(output_names)})")
+        return self.outputs or output_names[:1]
+
     def ready(self, capabilities: Capabilities) -> "Batch":
         """Make the layout a backend with these capabilities runs, now (before a timing starts, say)."""
         self.packed() if capabilities.packed_input else self.padded()
@@ -99,20 +105,24 @@ class Batch:
         """Consecutive batches of at most `rows` rows (for an engine built for fewer rows than the budget allows)."""
         if len(self.rows) <= rows:
             return [self]
-        return [Batch(self.rows[start:start + rows], self._pad, token_states=self.token_states, alone=self.alone)
+        return [Batch(self.rows[start:start + rows], self._pad, outputs=self.outputs, alone=self.alone)
                 for start in range(0, len(self.rows), rows)]
 
 
-@dataclass(frozen=True)
-class Outputs:
-    pooled: np.ndarray
-    """The graph's first output, one row per batch row ([rows, dim])."""
-    token_states: np.ndarray | None = None
-    """[rows, width, hidden], where the batch asked for them."""
+Outputs = dict[str, np.ndarray]
+"""The outputs a batch asked for, by name, each with one entry per row ([rows, ...]; per-token outputs
+[rows, width, ...] with the padding's positions in)."""
+
+
+def first_output(backend: "Backend", batch: Batch) -> np.ndarray:
+    """Run a batch for its first output alone: every row's result (the pooled vector, the logits)."""
+    return backend.run(batch)[backend.output_names[0]]
 
 
 class Backend(Protocol):
     input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    """The outputs it can return; the first is every row's result (pooled vector, logits, token vectors)."""
     max_batch_tokens: int | None
     """The largest padded batch (rows x width) it can run, where an engine was built for one; None: no limit."""
     parallel_runs: int

@@ -55,6 +55,7 @@ class OnnxReferenceBackend:
             raise BackendUnavailable("the onnx-reference target needs onnx: pip install 'encoderrt[compile]'") from None
         self._session = ReferenceEvaluator(str(model_path), new_ops=plugin_ops())
         self.input_names = input_names
+        self.output_names = tuple(self._session.output_names)
         self.max_batch_tokens = None
         self.parallel_runs = 1
         self.execution = "onnx reference evaluator (numpy)"
@@ -63,7 +64,8 @@ class OnnxReferenceBackend:
 
     def run(self, batch: Batch) -> Outputs:
         feeds = batch.packed() if self.capabilities.packed_input else batch.padded()
-        return Outputs(self._session.run(None, {name: feeds[name] for name in self._graph_inputs})[0])
+        names = batch.wanted(self.output_names)
+        return dict(zip(names, self._session.run(list(names), {name: feeds[name] for name in self._graph_inputs})))
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OnnxReferenceBackend:

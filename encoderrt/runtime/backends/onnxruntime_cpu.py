@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
-from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
+from encoderrt.runtime.manifest import Manifest
 
 TARGET = "cpu"
 KEEP_UNFUSED = ["SkipLayerNormFusion"]
@@ -23,21 +23,16 @@ class OnnxRuntimeBackend:
         if set(declared) != set(input_names):
             raise ValueError(f"{model_path.name} takes inputs {declared}, the manifest says {input_names}")
         self._session = session
-        self._output = session.get_outputs()[0].name
         self.input_names = input_names
+        self.output_names = tuple(o.name for o in session.get_outputs())
         self.max_batch_tokens = None
         self.parallel_runs = 1
         self.execution = f"onnxruntime {', '.join(session.get_providers())}"
-        self.capabilities = Capabilities(token_states=TOKEN_EMBEDDINGS in {o.name for o in session.get_outputs()})
+        self.capabilities = Capabilities()
 
     def run(self, batch: Batch) -> Outputs:
-        if batch.token_states and self._output == TOKEN_EMBEDDINGS:  # a multi-vector graph: token vectors alone
-            states = self._session.run([TOKEN_EMBEDDINGS], batch.padded())[0]
-            return Outputs(states, states)
-        if batch.token_states:
-            pooled, states = self._session.run([self._output, TOKEN_EMBEDDINGS], batch.padded())
-            return Outputs(pooled, states)
-        return Outputs(self._session.run([self._output], batch.padded())[0])
+        names = batch.wanted(self.output_names)
+        return dict(zip(names, self._session.run(list(names), batch.padded())))
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OnnxRuntimeBackend:

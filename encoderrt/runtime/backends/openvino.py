@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
-from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS, Manifest
+from encoderrt.runtime.manifest import Manifest
 
 TARGET = "openvino"
 MODEL_FILE = "model.xml"
@@ -64,29 +64,31 @@ def execution_precision(precision: str, bf16: bool) -> str:
 
 
 class OpenVinoBackend:
-    def __init__(self, compiled: Any, input_names: tuple[str, ...], execution: str, alone: Any = None):
+    def __init__(self, compiled: Any, input_names: tuple[str, ...], output_names: tuple[str, ...], execution: str,
+                 alone: Any = None):
         """`alone`: the model compiled for one stream over every thread, for lone batches (None: they run on a stream)."""
         declared = {name for port in compiled.inputs for name in port.get_names()}
         if not set(input_names) <= declared:
             raise ValueError(f"the OpenVINO model takes inputs {sorted(declared)}, the manifest says {input_names}")
+        produced = {name for port in compiled.outputs for name in port.get_names()}
+        if not set(output_names) <= produced:
+            raise ValueError(f"the OpenVINO model has outputs {sorted(produced)}, the manifest says {output_names}")
         self.input_names = input_names
+        self.output_names = output_names
         self.max_batch_tokens = None
         self.parallel_runs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
         self.execution = execution
         warm_up = _warm_up_feeds(compiled)
         self._idle = _warmed_requests(compiled, self.parallel_runs, warm_up)
         self._alone = _warmed_requests(alone, 1, warm_up) if alone is not None else None
-        outputs = {name for port in compiled.outputs for name in port.get_names()}
-        self.capabilities = Capabilities(runs_alone=alone is not None, token_states=TOKEN_EMBEDDINGS in outputs)
+        self.capabilities = Capabilities(runs_alone=alone is not None)
 
     def run(self, batch: Batch) -> Outputs:
         requests = self._alone if batch.alone and self._alone is not None else self._idle
-        if batch.token_states:
-            pooled, states = self._infer(batch.padded(), (0, TOKEN_EMBEDDINGS), requests)
-            return Outputs(pooled, states)
-        return Outputs(self._infer(batch.padded(), (0,), requests)[0])
+        names = batch.wanted(self.output_names)
+        return dict(zip(names, self._infer(batch.padded(), names, requests)))
 
-    def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[int | str, ...],
+    def _infer(self, feeds: dict[str, np.ndarray], outputs: tuple[str, ...],
                requests: queue.SimpleQueue[Any]) -> list[np.ndarray]:
         """Run on a request from `requests` (a stream's, or the lone compilation's)."""
         request = requests.get()  # never waits while callers respect parallel_runs (and lone batches one at a time)
@@ -133,4 +135,4 @@ def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> O
     weights = " with int8 GEMMs" if manifest.precision == "int8" else ""
     lone = f"; a lone batch on all {threads}" if alone is not None else ""
     execution = f"openvino {precision}{weights}{fallback}, {streams} streams on {threads} threads{lone}"
-    return OpenVinoBackend(compiled, manifest.inputs, execution, alone)
+    return OpenVinoBackend(compiled, manifest.inputs, manifest.outputs, execution, alone)

@@ -78,6 +78,8 @@ class TensorRTBackend:
         self._record = record
         self._graph_inputs = packed_input_names("token_type_ids" in manifest.inputs) if record.packed else manifest.inputs
         self._output = manifest.outputs[0]
+        self.output_names = (self._output,)
+        """The engine is built for the first output alone (compile/tensorrt.py)."""
         if record.packed:
             _register_plugin()
         logger = trt.Logger(trt.Logger.WARNING)
@@ -100,11 +102,12 @@ class TensorRTBackend:
         self._out_device = _cuda_check(cudart.cudaMalloc(output_bytes))
 
     def run(self, batch: Batch) -> Outputs:
+        batch.wanted(self.output_names)
         if not self._record.packed:
             profile = pick_profile(self._record.profiles, len(batch.rows), batch.width)
-            return Outputs(self._execute(self._contexts[profile], batch.padded()))
+            return {self._output: self._execute(self._contexts[profile], batch.padded())}
         parts = [self._execute(self._contexts[0], part.packed()) for part in batch.split(self._record.packed.max_sequences)]
-        return Outputs(parts[0] if len(parts) == 1 else np.concatenate(parts))
+        return {self._output: parts[0] if len(parts) == 1 else np.concatenate(parts)}
 
     def _execute(self, context, arrays: dict[str, np.ndarray]) -> np.ndarray:
         cudart = self._cudart

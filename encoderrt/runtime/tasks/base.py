@@ -23,8 +23,9 @@ class Plan(Generic[R]):
 
     rows: list[Tokens]
     finish: Callable[[object], R]
-    """Gets the rows' outputs stacked, or, for token embeddings, the list of each row's [tokens, hidden] states."""
-    token_embeddings: bool = False
+    """Gets the rows' rows of the graph's first output stacked, or, where the plan names `outputs`, a list with each
+    row's outputs by name (per-token ones cut to the row's tokens)."""
+    outputs: tuple[str, ...] = ()
     blocking_finish: bool = False
     """`finish` may wait on other work (int8 embeddings calibrate their ranges on first use): an async caller runs
     it off the event loop."""

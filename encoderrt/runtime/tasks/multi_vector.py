@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
-from encoderrt.runtime.manifest import MultiVector
+from encoderrt.runtime.manifest import MULTI_VECTORS, MultiVector
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tokenizer import Tokens
@@ -50,8 +50,8 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         if total > model.max_token_embeddings:
             raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
                                  f"{model.max_token_embeddings} token vectors: send fewer or shorter texts")
-        return Plan(rows, lambda states: [scored(model, row, state, self.side) for row, state in zip(rows, states)],
-                    token_embeddings=True)
+        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side)
+                                           for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,))
 
 
 def rules_of(model: ModelContext) -> MultiVector:

@@ -45,4 +45,4 @@ class RerankRequest(Request[list[tuple[int, float]]]):
             order = sorted(range(len(values)), key=lambda i: (-values[i], i))
             return [(i, values[i]) for i in order[:self.top_n]]
 
-        return Plan(scores.rows, ranked, token_embeddings=scores.token_embeddings)
+        return Plan(scores.rows, ranked, outputs=scores.outputs)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.manifest import MULTI_VECTORS
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
@@ -87,16 +88,16 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
         pairs_of[query_index[first]].append(i)
     mean = rules_of(model).similarity == "meanmaxsim"
 
-    def scores(states: list[np.ndarray]) -> list[float]:
-        vectors = [scored(model, row, state, "query" if i < len(queries) else "document")
-                   for i, (row, state) in enumerate(zip(rows, states))]
+    def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
+        vectors = [scored(model, row, output[MULTI_VECTORS], "query" if i < len(queries) else "document")
+                   for i, (row, output) in enumerate(zip(rows, outputs))]
         result = np.zeros(len(firsts), np.float64)
         for q, pairs in enumerate(pairs_of):
             docs = [vectors[len(queries) + document_index[seconds[i]]] for i in pairs]
             result[pairs] = maxsim(vectors[q], docs, mean)
         return result.tolist()
 
-    return Plan(rows, scores, token_embeddings=True)
+    return Plan(rows, scores, outputs=(MULTI_VECTORS,))
 
 
 def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], list[str]]:

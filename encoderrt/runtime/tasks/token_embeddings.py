@@ -43,5 +43,5 @@ class TokenEmbedRequest(Request[list[np.ndarray]]):
             raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
                                  f"{model.max_token_embeddings} token embeddings ({model.manifest.shape.hidden_size} "
                                  "floats each): send fewer or shorter texts")
-        return Plan(rows, lambda states: [state.astype(np.float32, copy=False) for state in states],
-                    token_embeddings=True)
+        return Plan(rows, lambda outputs: [output[TOKEN_EMBEDDINGS].astype(np.float32, copy=False) for output in outputs],
+                    outputs=(TOKEN_EMBEDDINGS,))
