@@ -429,3 +429,26 @@ def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict |
     model.save(str(folder))
     return folder
 
+
+
+def bge_m3_folder(folder: Path, seed: int = 7, colbert_dim: int | None = None, **checkpoint) -> Path:
+    """A bge-m3-shaped folder: an XLM-R sentence-transformers model (CLS pooling, Normalize) saved by
+    sentence-transformers, with FlagEmbedding's two heads beside its weights, as torch Linear state dicts:
+    colbert_linear.pt (hidden -> `colbert_dim`, the hidden size by default, as bge-m3's) and sparse_linear.pt
+    (hidden -> 1), both random."""
+    import json
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    sentence_transformers_folder(folder, "cls", normalize=True, family="xlm-roberta", seed=seed, **checkpoint)
+    hidden = json.loads((folder / "config.json").read_text())["hidden_size"]
+    torch.manual_seed(seed + 1)
+    torch.save(torch.nn.Linear(hidden, colbert_dim or hidden).state_dict(), folder / "colbert_linear.pt")
+    sparse = torch.nn.Linear(hidden, 1)
+    with torch.no_grad():  # centred on the corpus's tokens, so that about half of them weigh above zero
+        batch = AutoTokenizer.from_pretrained(folder)(_corpus(), padding=True, truncation=True, return_tensors="pt")
+        states = AutoModel.from_pretrained(folder)(**batch).last_hidden_state[batch["attention_mask"].bool()]
+        sparse.bias -= sparse(states).median()
+    torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
+    return folder

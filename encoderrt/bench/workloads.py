@@ -132,7 +132,7 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
     n = max(8, int(PASSAGES * scale), min(PASSAGES_PER_REQUEST * min_requests, PASSAGES))
     if name == "queries":
         texts = user_texts or queries(max(2 * n, min_requests))
-        if task == "embed":
+        if task in ("embed", "hybrid"):  # a hybrid model's dense vector; its rerank by the hybrid score
             return Workload(name, [EmbedRequest([t]) for t in texts], texts, [])
         if task == "classify":
             return Workload(name, [ClassifyRequest([t]) for t in texts], texts, [])
@@ -144,7 +144,7 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
         texts = user_texts or passages(n)
         per_request = max(1, min(PASSAGES_PER_REQUEST, len(texts) // min_requests))
         chunks = [texts[i : i + per_request] for i in range(0, len(texts), per_request)]
-        if task == "embed":
+        if task in ("embed", "hybrid"):
             return Workload(name, [EmbedRequest(c) for c in chunks], texts, [])
         if task == "classify":
             return Workload(name, [ClassifyRequest(c) for c in chunks], texts, [])
@@ -162,7 +162,7 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
         if user_texts:
             cases = [RerankCase(c.query, user_texts[: len(c.documents)]) for c in cases]
         requests = [RerankRequest(c.query, c.documents) for c in cases]
-        if task == "embed":
+        if task in ("embed", "hybrid"):
             return Workload(name, requests, [t for c in cases for t in (c.query, *c.documents)], [])
         return Workload(name, requests, [], [(c.query, d) for c in cases for d in c.documents])
     raise ValueError(f"unknown workload '{name}'; choose from {', '.join(WORKLOADS)} or all")

@@ -9,7 +9,7 @@ from encoderrt.cli import common
 from encoderrt.compile.cache import bundled_model, source_name
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import CompileOptions
-from encoderrt.runtime.manifest import POOLINGS
+from encoderrt.runtime.manifest import POOLINGS, Manifest
 
 HELP = "compile a model folder into an artifact"
 
@@ -88,11 +88,7 @@ def summary(manifest, path: Path) -> str:
         f"artifact   {path}",
         f"model      {manifest.source.get('name')} ({manifest.architecture}, {manifest.shape.num_layers} layers, "
         f"hidden {manifest.shape.hidden_size})",
-        f"task       {manifest.task}"
-        + (f", {manifest.pooling} pooling, normalize={manifest.normalize}, dim {manifest.shape.output_dim}"
-           if manifest.task == "embed" else f", {manifest.pooling}, vocabulary {manifest.shape.output_dim}"
-           if manifest.task == "sparse" else f", a {manifest.shape.output_dim}-wide vector per token"
-           if manifest.task == "multi_vector" else f", activation {manifest.activation}, labels {list(manifest.labels)}"),
+        f"task       {manifest.task}, {_what_it_returns(manifest)}",
         f"precision  {manifest.precision} on {manifest.target}" + (", packed" if manifest.layout == "packed" else "")
         + f", max length {manifest.max_length}",
         f"fused ops  {', '.join(f'{op} {n}' for op, n in manifest.fused_ops.items())}",
@@ -104,3 +100,13 @@ def summary(manifest, path: Path) -> str:
         lines.append(f"{'chosen' if chosen else 'measured':<10} {candidate['precision']} on {candidate['target']}: {speed}"
                      + (f" ({candidate['reason']})" if candidate.get("reason") else ""))
     return "\n".join(lines)
+
+
+def _what_it_returns(manifest: Manifest) -> str:
+    dim = manifest.shape.output_dim
+    return {
+        "embed": f"{manifest.pooling} pooling, normalize={manifest.normalize}, dim {dim}",
+        "sparse": f"{manifest.pooling}, vocabulary {dim}",
+        "multi_vector": f"a {dim}-wide vector per token",
+        "hybrid": f"{manifest.pooling} pooling, dense dim {dim}, lexical weights and a vector per token",
+    }.get(manifest.task, f"activation {manifest.activation}, labels {list(manifest.labels)}")

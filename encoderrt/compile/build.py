@@ -78,6 +78,7 @@ class Build:
             adapters=tuple(adapter.name for adapter in source.adapters),
             chat_template=source.chat_template,
             multi_vector=source.multi_vector,
+            hybrid=source.hybrid,
         )
         values.update(fields)
         return Manifest(**values)

@@ -29,7 +29,7 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     from safetensors import SafetensorError
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    bare = {"embed": AutoModel, "multi_vector": AutoModel, "sparse": AutoModelForMaskedLM}
+    bare = {"embed": AutoModel, "multi_vector": AutoModel, "hybrid": AutoModel, "sparse": AutoModelForMaskedLM}
     loader = (bare.get(source.task, AutoModelForSequenceClassification)
               if source.answer_tokens is None else AutoModelForCausalLM)
     try:
@@ -38,8 +38,13 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
     model.eval()
     model.config.use_cache = False  # a decoder would build a key/value cache that no one reads
-    if source.task == "embed":
+    if source.task in ("embed", "hybrid"):
         module = PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders])
+        if source.hybrid_heads is not None:
+            from encoderrt.compile.hybrid import HybridEncoder, load_head
+
+            colbert, sparse = source.hybrid_heads
+            module = HybridEncoder(module, load_head(colbert, source.hidden_size), load_head(sparse, source.hidden_size, 1))
         if source.adapters:
             from encoderrt.compile.lora import with_task_adapters
 

@@ -28,7 +28,7 @@ def read_layout(where: Path, entries: list[dict[str, Any]], classes: list[str]) 
 
 
 def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], st_config: dict[str, Any],
-               weights_folder: Path) -> MultiVector:
+               weights_folder: Path, normalize: bool) -> MultiVector:
     """The per-side rules from the Transformer's sentence_bert_config.json, the mask module's config.json and the
     folder's config_sentence_transformers.json, token words resolved by the folder's tokenizer as
     sentence-transformers resolves them."""
@@ -72,6 +72,7 @@ def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], 
         skip_ids=tuple(skip),
         skip_sides=tuple([skip_sides] if isinstance(skip_sides, str) else skip_sides),
         similarity=similarity,
+        normalize=normalize,
     )
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.backends import Batch, first_output, load_backend
-from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.backends import Batch, load_backend
+from encoderrt.runtime.manifest import LEXICAL_WEIGHTS, MULTI_VECTORS, PER_TOKEN_OUTPUTS, Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.throughput import token_batches
@@ -103,7 +103,7 @@ LOSSLESS: dict[str, Tolerance] = {
 
 def _kind(task: str) -> str:
     """Vectors (dense or sparse) compare by cosine, scores by their values and ranks."""
-    return "embed" if task in ("embed", "sparse", "multi_vector") else "logits"
+    return "embed" if task in ("embed", "sparse", "multi_vector", "hybrid") else "logits"
 
 
 def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
@@ -151,7 +151,8 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
     import torch
 
     folder = str(source.folder)
-    if source.task == "embed" and source.kind == "sentence-transformers" and source.pooling == source.folder_pooling:
+    if (source.task in ("embed", "hybrid") and source.kind == "sentence-transformers"
+            and source.pooling == source.folder_pooling):
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(folder, device="cpu", local_files_only=True)
@@ -192,11 +193,39 @@ def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray
     with torch.inference_mode():
         for start in range(0, len(texts), 8):
             batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length, return_tensors="pt")
-            result = module(**{name: batch[name] for name in names if name in batch}).numpy()
+            result = module(**{name: batch[name] for name in names if name in batch})
+            result = (result[0] if source.task == "hybrid" else result).numpy()
             if source.task == "multi_vector":
                 result = result[batch["attention_mask"].numpy().astype(bool)]
             outputs.append(result)
     return np.concatenate(outputs).astype(np.float32)
+
+
+HYBRID_TOKEN_OUTPUTS = (LEXICAL_WEIGHTS, MULTI_VECTORS)
+"""A hybrid model's per-token outputs that parity compares beside its dense row (the token states are the
+encoder's, which the dense row already covers)."""
+
+
+def _hybrid_token_reference(source: SourceModel, texts: list[str]) -> dict[str, np.ndarray]:
+    """The PyTorch module's lexical weights and colbert vectors of every real token of the probes, end to end."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from encoderrt.compile.export import load_torch_model
+
+    tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
+    module = load_torch_model(source)
+    collected: dict[str, list[np.ndarray]] = {name: [] for name in HYBRID_TOKEN_OUTPUTS}
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("ignore")
+        for start in range(0, len(texts), 8):
+            batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length,
+                              return_tensors="pt")
+            _, _, weights, vectors = module(**{name: batch[name] for name in source.architecture.input_names if name in batch})
+            real = batch["attention_mask"].numpy().astype(bool)
+            collected[LEXICAL_WEIGHTS].append(weights.numpy()[real])
+            collected[MULTI_VECTORS].append(vectors.numpy()[real])
+    return {name: np.concatenate(parts).astype(np.float32) for name, parts in collected.items()}
 
 
 def _adapted_reference(source: SourceModel, tokenizer: TextTokenizer, texts: list[str]) -> tuple[list[str], list[Tokens], np.ndarray]:
@@ -230,9 +259,10 @@ limit in one batch asked onnxruntime's attention for 28 GiB."""
 
 def engine_outputs(
     manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]],
-    pooling_starts: list[int] | None = None, adapters: list[int] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Outputs of the compiled artifact, batched with padding and row by row; both must match."""
+    pooling_starts: list[int] | None = None, adapters: list[int] | None = None, names: tuple[str, ...] = (),
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Outputs of the compiled artifact, batched with padding and row by row (both must match), by output name: the
+    first one's, and those `names` asks for beside it; a per-token output's rows are the real tokens', end to end."""
     backend = load_backend(manifest, artifact_dir)
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
@@ -241,18 +271,22 @@ def engine_outputs(
         encodings = [row._replace(adapter=adapter) for row, adapter in zip(encodings, adapters)]
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
-    batched = np.concatenate([_rows(first_output(backend, batch), batch, manifest)
-                              for batch in token_batches(encodings, tokenizer.pad, budget)])
-    single = np.concatenate([_rows(first_output(backend, batch), batch, manifest)
-                             for batch in (Batch([e], tokenizer.pad) for e in encodings)])
-    return batched.astype(np.float32), single.astype(np.float32)
+    wanted = (manifest.outputs[0], *names)
+    runs = {"batched": [Batch(b.rows, tokenizer.pad, outputs=wanted) for b in token_batches(encodings, tokenizer.pad, budget)],
+            "single": [Batch([e], tokenizer.pad, outputs=wanted) for e in encodings]}
+    results: dict[str, dict[str, np.ndarray]] = {}
+    for how, batches in runs.items():
+        outputs = [backend.run(batch) for batch in batches]
+        results[how] = {name: np.concatenate([_rows(out[name], batch, name) for out, batch in zip(outputs, batches)])
+                        .astype(np.float32) for name in wanted}
+    return {name: (results["batched"][name], results["single"][name]) for name in wanted}
 
 
-def _rows(outputs: np.ndarray, batch: Batch, manifest: Manifest) -> np.ndarray:
-    """A batch's outputs, one per row; a multi-vector model's, one per real token, the padding's left out."""
-    if manifest.task != "multi_vector":
+def _rows(outputs: np.ndarray, batch: Batch, name: str) -> np.ndarray:
+    """A batch's outputs, one per row; a per-token output's, one per real token, the padding's left out."""
+    if name not in PER_TOKEN_OUTPUTS:
         return outputs
-    return np.concatenate([vectors[: len(row.ids)] for vectors, row in zip(outputs, batch.rows)])
+    return np.concatenate([values[: len(row.ids)] for values, row in zip(outputs, batch.rows)])
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -343,6 +377,8 @@ class Probes:
     """Per text, where pooling starts: after its prompt, where the model leaves prompts out of pooling."""
     adapters: list[int] | None = None
     """Per text, its task adapter (the graph's `adapter` input), where the model has them."""
+    token_reference: dict[str, np.ndarray] | None = None
+    """A hybrid model's per-token outputs on the plain probes (HYBRID_TOKEN_OUTPUTS), every real token's."""
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
@@ -362,7 +398,8 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
             starts += [row.pooling_start for row in rows]
         adapters = [0] * len(texts) + [row.adapter for row in rows]
         texts, reference = texts + adapted, np.concatenate([reference, outputs])
-    return Probes(texts, pairs, reference, name, starts, adapters)
+    tokens = _hybrid_token_reference(source, texts) if source.task == "hybrid" else None
+    return Probes(texts, pairs, reference, name, starts, adapters, tokens)
 
 
 def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
@@ -387,11 +424,22 @@ def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str
 def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tuple[dict[str, Any], list[str]]:
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
-    batched, single = engine_outputs(manifest, artifact_dir, tokenizer, probes.texts, probes.pairs, probes.pooling_starts,
-                                     probes.adapters)
-    lengths = [len(row.ids) for row in tokenizer.encode(probes.texts)] if manifest.task == "multi_vector" else None
-    figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape), [batched, single],
-                                manifest.target, manifest.activation, lengths)
+    names = tuple(probes.token_reference or ())
+    outputs = engine_outputs(manifest, artifact_dir, tokenizer, probes.texts, probes.pairs, probes.pooling_starts,
+                             probes.adapters, names)
+    batched, single = outputs[manifest.outputs[0]]
+    lengths = [len(row.ids) for row in tokenizer.encode(probes.texts)] if manifest.task in ("multi_vector", "hybrid") else None
+    figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape),
+                                [batched, single], manifest.target, manifest.activation, lengths)
+    for name in names:  # a hybrid model's lexical weights compare as values, its colbert vectors as a multi-vector model's
+        reference = probes.token_reference[name]  # type: ignore[index]
+        task = "multi_vector" if name == MULTI_VECTORS else "score"
+        part, broken_here = compare(task, manifest.precision, reference.reshape(-1, 1) if task == "score" else reference,
+                                    [c.reshape(reference.shape[0], -1) for c in outputs[name]], manifest.target,
+                                    "identity", lengths)
+        figures[name] = part
+        figures["lossless"] = figures["lossless"] and part["lossless"]
+        failures += [f"{name}: {failure}" for failure in broken_here]
     figures["reference"] = probes.reference_name
     return figures, failures
 

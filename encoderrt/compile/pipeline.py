@@ -113,8 +113,9 @@ def _choose(candidates: list[Candidate], build: Build, builders: dict[str, Build
 
 def _check_tensorrt(options: CompileOptions, source: SourceModel) -> None:
     """Fail before any work when the TensorRT engine cannot be built here, or not for this model."""
-    if source.task == "multi_vector":
-        raise InputError("the tensorrt target does not compile multi-vector models yet; use --target cpu or openvino")
+    if source.task in ("multi_vector", "hybrid"):
+        raise InputError(f"the tensorrt target does not compile {source.task.replace('_', '-')} models yet (its engine "
+                         "returns one output); use --target cpu or openvino, or --task embed for the dense output alone")
     if not source.include_prompt:
         raise InputError("the tensorrt target does not compile pooling that leaves the prompt out (include_prompt: "
                          "false) yet; use --target cpu or openvino")

@@ -17,7 +17,17 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.chat_template import ChatTemplate
-from encoderrt.runtime.manifest import MULTI_VECTORS, POOLINGS, TOKEN_EMBEDDINGS, Activation, MultiVector, Pooling, Task
+from encoderrt.runtime.manifest import (
+    LEXICAL_WEIGHTS,
+    MULTI_VECTORS,
+    POOLINGS,
+    TOKEN_EMBEDDINGS,
+    Activation,
+    Hybrid,
+    MultiVector,
+    Pooling,
+    Task,
+)
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "multi-vector-encoder", "transformers"]
@@ -72,7 +82,10 @@ class SourceModel:
     chat_template: ChatTemplate | None = None
     """The causal-LM reranker's chat template, which its pairs are rendered through."""
     multi_vector: MultiVector | None = None
-    """A multi-vector (ColBERT) model's per-side rules (compile/multi_vector.py)."""
+    """A multi-vector (ColBERT) model's per-side rules (compile/multi_vector.py), or a hybrid model's."""
+    hybrid_heads: tuple[Path, Path] | None = None
+    """A hybrid (bge-m3) model's colbert and sparse head files (compile/hybrid.py)."""
+    hybrid: Hybrid | None = None
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -80,12 +93,15 @@ class SourceModel:
     def output_name(self) -> str:
         if self.task == "multi_vector":
             return MULTI_VECTORS
-        return "embeddings" if self.task in ("embed", "sparse") else "logits"
+        return "embeddings" if self.task in ("embed", "sparse", "hybrid") else "logits"
 
     @property
     def graph_outputs(self) -> tuple[str, ...]:
         """The padded graphs' outputs: the pooled or scored rows, and for embedding models every token's state too
-        (a multi-vector model's only output is every token's vector)."""
+        (a multi-vector model's only output is every token's vector; a hybrid model's adds every token's lexical
+        weight and vector)."""
+        if self.task == "hybrid":
+            return self.output_name, TOKEN_EMBEDDINGS, LEXICAL_WEIGHTS, MULTI_VECTORS
         return (self.output_name, TOKEN_EMBEDDINGS) if self.task == "embed" else (self.output_name,)
 
     @property
@@ -277,8 +293,13 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     num_labels = len(id2label) or int(config.get("num_labels", 2))
     if causal_lm and not head and (kind == "cross-encoder" or options.task == "score"):
         head, id2label, num_labels = ["LogitScore"], {0: "score"}, 1  # a reranker read from two next-token logits
+    from encoderrt.compile.hybrid import find_heads
+
+    heads = find_heads(weights_folder) if kind in ("sentence-transformers", "transformers") else None
     task: Task
-    if options.task == "auto" and kind == "sparse-encoder":
+    if options.task == "auto" and heads is not None and not head:
+        task = "hybrid"
+    elif options.task == "auto" and kind == "sparse-encoder":
         task = "sparse"
     elif options.task == "auto" and kind == "multi-vector-encoder":
         task = "multi_vector"
@@ -299,21 +320,29 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     folder_pooling: Pooling | None = None
     normalize = False
     dense_folders: tuple[Path, ...] = ()
-    multi_vector = None
-    if task == "embed":
+    multi_vector = hybrid = None
+    if task in ("embed", "hybrid"):
         if modules and modules.pooling_path:
             folder_pooling = _pooling_from_config(folder / modules.pooling_path)
         if options.pooling != "auto":
             pooling = options.pooling
         elif folder_pooling:
             pooling = folder_pooling
+        elif task == "hybrid":
+            pooling, normalize = "cls", True
+            notes.append("no pooling configuration in the folder: using bge-m3's CLS pooling, normalised (override "
+                         "with --pooling and --no-normalize)")
         else:
             pooling = "mean"
             notes.append("no pooling configuration in the folder: using mean pooling (override with --pooling)")
-        normalize = modules.normalize if modules else False
+        normalize = modules.normalize if modules else normalize
         if options.normalize is not None:
             normalize = options.normalize
         dense_folders = tuple(folder / path for path in modules.dense_paths) if modules else ()
+        if task == "hybrid":
+            from encoderrt.compile.hybrid import read_rules as hybrid_rules
+
+            multi_vector, hybrid = hybrid_rules(weights_folder)
     elif task == "multi_vector":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a multi-vector model")
@@ -324,7 +353,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         normalize = modules.normalize
         multi_vector = read_rules(_read_optional_json(weights_folder / "sentence_bert_config.json"),
                                   _read_optional_json(folder / modules.multi_vector_path / "config.json"), st_config,
-                                  weights_folder)
+                                  weights_folder, modules.normalize)
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
@@ -336,14 +365,14 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector")
+    prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector", "hybrid")
                                     else ({}, None))
     answer_tokens = chat_template = None
     if head == ["LogitScore"]:
         answer_tokens = _answer_tokens(folder / modules.logit_score_path if modules and modules.logit_score_path else None,
                                        weights_folder)
         chat_template = _chat_template(weights_folder)
-    include_prompt = not (task == "embed" and modules and modules.pooling_path
+    include_prompt = not (task in ("embed", "hybrid") and modules and modules.pooling_path
                           and _read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt") is False)
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
     return SourceModel(
@@ -364,12 +393,14 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
         output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"]))
-                    if task in ("embed", "multi_vector")
+                    if task in ("embed", "multi_vector", "hybrid")
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         adapters=find_adapters(weights_folder) if task == "embed" else (),
         answer_tokens=answer_tokens,
         chat_template=chat_template,
         multi_vector=multi_vector,
+        hybrid_heads=heads if task == "hybrid" else None,
+        hybrid=hybrid,
         notes=tuple(notes),
     )
 

@@ -32,6 +32,7 @@ from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tasks import (
     ClassifyRequest,
     EmbedRequest,
+    HybridEmbedRequest,
     ModelContext,
     MultiVectorRequest,
     Plan,
@@ -163,6 +164,7 @@ class Engine:
     embed_tokens, aembed_tokens = _verbs(TokenEmbedRequest)
     embed_sparse, aembed_sparse = _verbs(SparseEmbedRequest)
     embed_multi_vector, aembed_multi_vector = _verbs(MultiVectorRequest)
+    embed_hybrid, aembed_hybrid = _verbs(HybridEmbedRequest)
     score, ascore = _verbs(ScoreRequest)
     rerank, arerank = _verbs(RerankRequest)
     classify, aclassify = _verbs(ClassifyRequest)
@@ -184,6 +186,8 @@ class Engine:
         if pairs and self.manifest.task == "multi_vector":
             firsts, seconds = zip(*pairs)
             texts, pairs = [*texts, *dict.fromkeys(firsts), *dict.fromkeys(seconds)], ()
+        elif pairs and self.manifest.task == "hybrid":  # each distinct text once, whichever side
+            texts, pairs = [*texts, *dict.fromkeys(text for pair in pairs for text in pair)], ()
         total = sum(len(r.ids) for r in self._tokenizer.encode(list(texts))) if texts else 0
         if pairs:
             firsts, seconds = zip(*pairs)

@@ -18,21 +18,24 @@ from encoderrt.runtime.chat_template import ChatTemplate
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
-Task = Literal["embed", "score", "classify", "sparse", "multi_vector"]
+Task = Literal["embed", "score", "classify", "sparse", "multi_vector", "hybrid"]
 Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum",
                   "splade_max_log1p_relu", "splade_sum_log1p_relu"]
 Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
-TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse", "multi_vector")
+TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse", "multi_vector", "hybrid")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 TOKEN_EMBEDDINGS = "token_embeddings"
 """The second output of an embedding graph: every token's final hidden state [rows, width, hidden], before pooling
 (sentence-transformers' output_value="token_embeddings", TEI's /embed_all)."""
 MULTI_VECTORS = "multi_vectors"
-"""A multi-vector model's only output: every token's projected vector [rows, width, dim] (ColBERT's)."""
-PER_TOKEN_OUTPUTS: tuple[str, ...] = (TOKEN_EMBEDDINGS, MULTI_VECTORS)
+"""Every token's projected vector [rows, width, dim]: a multi-vector model's only output (ColBERT's), a hybrid
+model's third (bge-m3's colbert_linear)."""
+LEXICAL_WEIGHTS = "lexical_weights"
+"""A hybrid model's every token's lexical weight [rows, width] (bge-m3's relu(sparse_linear(h)))."""
+PER_TOKEN_OUTPUTS: tuple[str, ...] = (TOKEN_EMBEDDINGS, MULTI_VECTORS, LEXICAL_WEIGHTS)
 """Graph outputs with a value per token ([rows, width, ...]): a row's are cut to its own tokens."""
 SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1p_relu", "splade_sum_log1p_relu")
 """SpladePooling's strategy, and its activation where it is not the standard log(1 + relu) (OpenSearch's second log1p)."""
@@ -80,12 +83,33 @@ class MultiVector:
     similarity: Literal["maxsim", "meanmaxsim"] = "maxsim"
     """How a query scores a document: the sum over the query's vectors of each one's best dot product with the
     document's (MaxSim), or that sum over the number of query vectors (MeanMaxSim)."""
+    normalize: bool = False
+    """Each vector to unit length (a Normalize module on the token embeddings; bge-m3's)."""
+    skip_first: bool = False
+    """The first token (the CLS) has no vector, on either side (bge-m3 scores h[1:])."""
 
     def length(self, side: str) -> int | None:
         """A side's own cut, before the model's limit."""
         if side == "query":
             return self.expansion_length if self.expansion_length and self.expansion_strategy == "fixed" else self.query_length
         return self.document_length
+
+
+HYBRID_OUTPUTS: tuple[str, ...] = ("dense", "sparse", "colbert")
+"""A hybrid model's three representations, by bge-m3's names (FlagEmbedding's compute_score keys)."""
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """A hybrid (bge-m3) model's rules beyond its dense embedding (pooled, normalised as the folder says) and its
+    multi-vector rules (`Manifest.multi_vector`): which tokens have no lexical weight, and how its three scores
+    combine."""
+
+    lexical_skip_ids: tuple[int, ...] = ()
+    """Tokens never weighted: the CLS, end, padding and unknown tokens (FlagEmbedding's unused_tokens)."""
+    weights: dict[str, float] = field(default_factory=lambda: {"dense": 0.4, "sparse": 0.2, "colbert": 0.4})
+    """The hybrid score's weights of the dense, sparse and colbert scores: the weighted sum over the sum of the
+    weights, as FlagEmbedding's compute_score combines them; bge-m3's model card weights by default."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +153,9 @@ class Manifest:
     chat_template: ChatTemplate | None = None
     """A causal-LM reranker's chat template: its pairs are rendered through it (runtime/chat_template.py)."""
     multi_vector: MultiVector | None = None
-    """A multi-vector model's per-side rules (task multi_vector)."""
+    """A multi-vector model's per-side rules (task multi_vector), or a hybrid model's for its colbert vectors."""
+    hybrid: Hybrid | None = None
+    """A hybrid model's lexical and scoring rules (task hybrid)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -163,6 +189,10 @@ class Manifest:
                 rules["skip_ids"] = tuple(rules.get("skip_ids", ()))
                 rules["skip_sides"] = tuple(rules.get("skip_sides", ("document",)))
                 values["multi_vector"] = MultiVector(**rules)
+            if values.get("hybrid") is not None:
+                rules = dict(values["hybrid"])
+                rules["lexical_skip_ids"] = tuple(rules.get("lexical_skip_ids", ()))
+                values["hybrid"] = Hybrid(**rules)
             manifest = cls(**values)
         except (TypeError, KeyError) as exc:
             raise ManifestError(f"manifest is malformed: {exc}") from None
@@ -172,12 +202,14 @@ class Manifest:
     def _validate(self) -> None:
         if self.task not in TASKS:
             raise ManifestError(f"manifest task {self.task!r} is not one of {TASKS}")
-        if self.task == "embed" and self.pooling not in POOLINGS:
+        if self.task in ("embed", "hybrid") and self.pooling not in POOLINGS:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
         if self.task == "sparse" and self.pooling not in SPARSE_POOLINGS:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
-        if self.task == "multi_vector" and self.multi_vector is None:
-            raise ManifestError("a multi_vector manifest needs its multi_vector rules")
+        if self.task in ("multi_vector", "hybrid") and self.multi_vector is None:
+            raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
+        if self.task == "hybrid" and self.hybrid is None:
+            raise ManifestError("a hybrid manifest needs its hybrid rules")
         if self.activation not in ACTIVATIONS:
             raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
         if self.layout not in LAYOUTS:

@@ -117,7 +117,7 @@ async def info(request: Request) -> Response:
         raise InvalidRequest("no model is served")
     served = models[0]
     engine_info = served.engine.info
-    if engine_info.task == "embed":
+    if engine_info.task in ("embed", "hybrid"):
         model_type: dict[str, Any] = {"embedding": {"pooling": engine_info.pooling}}
     else:
         id2label = {str(i): label for i, label in enumerate(engine_info.labels)}

@@ -15,14 +15,14 @@ from encoderrt.server.errors import NotReady, UnknownModel
 
 # which model tasks can answer each verb, best first (an embedding model scores by cosine)
 VERB_TASKS: dict[str, tuple[str, ...]] = {
-    "embed": ("embed",),
-    "score": ("score", "multi_vector", "embed"),
-    "rerank": ("score", "multi_vector", "embed"),
+    "embed": ("embed", "hybrid"),
+    "score": ("score", "multi_vector", "hybrid", "embed"),
+    "rerank": ("score", "multi_vector", "hybrid", "embed"),
     "classify": ("classify", "score"),
-    "embed_sparse": ("sparse",),
-    "embed_all": ("embed",),
-    "pooling": ("embed", "classify", "score", "multi_vector"),
-    "tokenize": ("embed", "score", "classify", "sparse", "multi_vector"),
+    "embed_sparse": ("sparse", "hybrid"),
+    "embed_all": ("embed", "hybrid"),
+    "pooling": ("embed", "hybrid", "classify", "score", "multi_vector"),
+    "tokenize": ("embed", "score", "classify", "sparse", "multi_vector", "hybrid"),
 }
 
 

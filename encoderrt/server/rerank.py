@@ -14,7 +14,7 @@ from starlette.responses import Response
 from encoderrt.runtime.tasks import RerankRequest
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
-from encoderrt.server.schemas import NonEmpty, RequestBody
+from encoderrt.server.schemas import HybridWeights, NonEmpty, RequestBody
 from encoderrt.server.tei import TEIRerankBody, rerank_tei
 
 router = APIRouter(tags=["Rerank"], route_class=BodyRoute)
@@ -35,6 +35,7 @@ class RerankBody(RequestBody):
     """encoderrt extension: one of the reranker's prompts (CrossEncoder.predict's prompt_name)."""
     prompt: str | None = None
     """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
+    hybrid_weights: HybridWeights = None
 
 
 async def _rerank(body: RerankBody, request: Request) -> Response:
@@ -44,7 +45,7 @@ async def _rerank(body: RerankBody, request: Request) -> Response:
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
     completion = await served.engine.arun(
         RerankRequest(body.query, texts, body.top_n, common.truncation(body.truncate_prompt_tokens),
-                      prompt_name=body.prompt_name, prompt=body.prompt))
+                      prompt_name=body.prompt_name, prompt=body.prompt, hybrid_weights=body.hybrid_weights))
     results = [
         {"index": index, "relevance_score": score, **({"document": {"text": texts[index]}} if body.return_documents else {})}
         for index, score in completion.value

@@ -64,6 +64,11 @@ AutoTruncate = Annotated[bool | None, AfterValidator(lambda value: True if value
 /info reports); only `false` makes an over-long input a 400."""
 
 
+HybridWeights = Annotated[dict[str, float] | None, Field(
+    description="encoderrt extension: a hybrid (bge-m3) model's weights of its dense, sparse and colbert scores, in "
+                "place of its own (0.4, 0.2, 0.4; one left out weighs 0); the score is their weighted mean")]
+
+
 def requires_one_of(*groups: tuple[str, ...]) -> dict[str, Any]:
     """OpenAPI for a rule a route checks in code: one of these groups of fields is given, each not null."""
     return {"anyOf": [{"required": list(group), "properties": {name: {"not": {"type": "null"}} for name in group}}

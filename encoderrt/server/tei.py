@@ -20,7 +20,7 @@ from encoderrt.runtime.tasks import (
 )
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
-from encoderrt.server.schemas import AutoTruncate, NonEmpty, RequestBody
+from encoderrt.server.schemas import AutoTruncate, HybridWeights, NonEmpty, RequestBody
 
 router = APIRouter(tags=["TEI"], route_class=BodyRoute)
 
@@ -76,6 +76,7 @@ class TEIRerankBody(RequestBody):
     """encoderrt extension: one of the reranker's prompts (CrossEncoder.predict's prompt_name)."""
     prompt: str | None = None
     """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
+    hybrid_weights: HybridWeights = None
 
 
 @router.post("/embed")
@@ -160,7 +161,7 @@ async def rerank_tei(body: TEIRerankBody, request: Request) -> Response:
     common.check_items(request, body.texts, "texts")
     completion = await served.engine.arun(
         RerankRequest(body.query, body.texts, None, body.truncate, activation=not body.raw_scores,
-                      prompt_name=body.prompt_name, prompt=body.prompt))
+                      prompt_name=body.prompt_name, prompt=body.prompt, hybrid_weights=body.hybrid_weights))
     results = [
         {"index": index, "score": score, **({"text": body.texts[index]} if body.return_text else {})}
         for index, score in completion.value

@@ -12,11 +12,19 @@ from starlette.responses import Response
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import as_texts
-from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, ScoreRequest, pair_texts
+from encoderrt.runtime.tasks import (
+    ClassifyRequest,
+    EmbedRequest,
+    HybridEmbedding,
+    HybridEmbedRequest,
+    MultiVectorRequest,
+    ScoreRequest,
+    pair_texts,
+)
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
 from encoderrt.server.responses import JSONResponse
-from encoderrt.server.schemas import NonEmpty, RequestBody, requires_one_of
+from encoderrt.server.schemas import HybridWeights, NonEmpty, RequestBody, requires_one_of
 
 router = APIRouter(tags=["vLLM"], route_class=BodyRoute)
 
@@ -44,6 +52,7 @@ class ScoreBody(RequestBody):
     """encoderrt extension: one of the cross-encoder's prompts (CrossEncoder.predict's prompt_name)."""
     prompt: str | None = None
     """encoderrt extension: a prompt given verbatim, a chat-template reranker's instruction (Qwen3-Reranker's)."""
+    hybrid_weights: HybridWeights = None
 
     def pairing(self) -> tuple[str, str]:
         """The one pair of fields this body uses."""
@@ -69,8 +78,12 @@ class PoolingBody(RequestBody):
     messages: list[Any] | None = None
     task: str | None = None
     """embed (an embedding model's vector), classify (a classifier's or cross-encoder's probabilities) or token_embed
-    (a multi-vector model's vector per scored token); unset: the model's own. Other models' token-level tasks need
-    per-token outputs, which their artifacts pool away inside the graph."""
+    (a multi-vector model's vector per scored token, a hybrid model's colbert vectors); unset: the model's own. Other
+    models' token-level tasks need per-token outputs, which their artifacts pool away inside the graph."""
+    outputs: list[Literal["dense", "sparse", "colbert"]] | None = None
+    """encoderrt extension for a hybrid (bge-m3) model: any of its three representations, all from one run of each
+    text. Each item's data is then an object with those keys: dense a vector, sparse TEI's [{"index": token id,
+    "value": weight}], colbert a [tokens, dim] array (base64 of it with encoding_format base64)."""
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     truncate_prompt_tokens: int | None = None
@@ -104,7 +117,8 @@ async def score(body: ScoreBody, request: Request) -> Response:
     common.check_items(request, firsts, second_field if isinstance(first, str) else first_field)
     completion = await served.engine.arun(ScoreRequest(first, second, common.truncation(body.truncate_prompt_tokens),
                                                        activation=body.use_activation is not False,
-                                                       prompt_name=body.prompt_name, prompt=body.prompt))
+                                                       prompt_name=body.prompt_name, prompt=body.prompt,
+                                                       hybrid_weights=body.hybrid_weights))
     data = [{"index": i, "object": "score", "score": value} for i, value in enumerate(completion.value)]
     payload = {"id": common.new_id("score"), "object": "list", "created": int(time.time()), "model": served.name,
                "data": data, "usage": _usage(completion.prompt_tokens)}
@@ -130,9 +144,12 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if body.messages is not None or body.input is None:
         raise InvalidRequest("pooling takes `input` (text, texts or token ids); chat `messages` are for decoder models")
     served = common.resolve(request, body.model, "pooling")
-    native = {"embed": "embed", "multi_vector": "token_embed"}.get(served.engine.info.task, "classify")
+    model_task = served.engine.info.task
+    native = {"embed": "embed", "hybrid": "embed", "multi_vector": "token_embed"}.get(model_task, "classify")
     task = body.task or native
-    if task != native:
+    if body.outputs is not None:
+        return await _hybrid_pooling(body, request, served, started)
+    if task != native and not (model_task == "hybrid" and task == "token_embed"):
         hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
         raise InvalidRequest(f"task '{task}' is not available for model '{served.name}' ({hint}it pools with task '{native}')")
     texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
@@ -153,10 +170,38 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
             raise InvalidRequest("task 'classify' takes texts, without dimensions")
         completion = await served.engine.arun(ClassifyRequest(texts, truncate))
         rows = [c.probs if body.use_activation is not False else c.logits for c in completion.value]
+    return _pooled(rows, completion, served.name, started)
+
+
+def _pooled(rows: list[Any], completion: Any, name: str, started: float) -> Response:
     data = [{"index": i, "object": "pooling", "data": row} for i, row in enumerate(rows)]
-    payload = {"id": common.new_id("pool"), "object": "list", "created": int(time.time()), "model": served.name,
+    payload = {"id": common.new_id("pool"), "object": "list", "created": int(time.time()), "model": name,
                "data": data, "usage": _usage(completion.prompt_tokens)}
     return common.reply(payload, completion, started)
+
+
+async def _hybrid_pooling(body: PoolingBody, request: Request, served: Any, started: float) -> Response:
+    """A hybrid model's representations that `outputs` names, each item's as an object."""
+    if served.engine.info.task != "hybrid":
+        raise InvalidRequest(f"outputs apply to a hybrid (bge-m3) model; '{served.name}' is a {served.engine.info.task} model")
+    if body.task not in (None, "embed") or body.side is not None or body.dimensions is not None:
+        raise InvalidRequest("outputs take texts, without task, side or dimensions")
+    texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
+    if token_ids is not None:
+        raise InvalidRequest("outputs take texts, not token ids")
+    completion = await served.engine.arun(HybridEmbedRequest(texts, body.outputs, common.truncation(body.truncate_prompt_tokens)))
+
+    def item(embedding: HybridEmbedding) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if embedding.dense is not None:
+            values["dense"] = common.encoded(embedding.dense, body.encoding_format, body.embed_dtype)
+        if embedding.sparse is not None:
+            values["sparse"] = [{"index": index, "value": value} for index, value in embedding.sparse]
+        if embedding.colbert is not None:
+            values["colbert"] = common.encoded(embedding.colbert, body.encoding_format, body.embed_dtype)
+        return values
+
+    return _pooled([item(embedding) for embedding in completion.value], completion, served.name, started)
 
 
 @router.post("/tokenize")

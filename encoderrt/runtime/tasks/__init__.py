@@ -8,6 +8,7 @@ from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request, check_count
 from encoderrt.runtime.tasks.classify import Classification, ClassifyRequest
 from encoderrt.runtime.tasks.embed import EmbedRequest, check_dimensions
+from encoderrt.runtime.tasks.hybrid import HybridEmbedding, HybridEmbedRequest
 from encoderrt.runtime.tasks.multi_vector import MultiVectorRequest
 from encoderrt.runtime.tasks.rerank import RerankRequest
 from encoderrt.runtime.tasks.score import ScoreRequest, pair_texts
@@ -15,8 +16,8 @@ from encoderrt.runtime.tasks.sparse import SparseEmbedRequest
 from encoderrt.runtime.tasks.token_embeddings import TokenEmbedRequest
 
 __all__ = [
-    "Classification", "ClassifyRequest", "EmbedRequest", "ModelContext", "MultiVectorRequest", "Plan", "RerankRequest",
-    "Request",
+    "Classification", "ClassifyRequest", "EmbedRequest", "HybridEmbedRequest", "HybridEmbedding", "ModelContext",
+    "MultiVectorRequest", "Plan", "RerankRequest", "Request",
     "ScoreRequest", "SparseEmbedRequest", "TokenEmbedRequest", "check_count", "check_dimensions", "pair_texts", "plan",
 ]
 

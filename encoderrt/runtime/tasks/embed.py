@@ -42,7 +42,7 @@ class EmbedRequest(Request[np.ndarray]):
         return [self.texts] if isinstance(self.texts, str) else self.texts
 
     def plan(self, model: ModelContext) -> Plan[np.ndarray]:
-        model.require("embed", "embed")
+        model.require("embed", "embed", "hybrid")
         check_dimensions(self.dimensions, model.manifest.shape.output_dim)
         if self.precision not in PRECISIONS:
             raise InvalidRequest(f"precision must be one of {', '.join(PRECISIONS)}; got {self.precision!r}")

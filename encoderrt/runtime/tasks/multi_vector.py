@@ -44,7 +44,7 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         return [self.texts] if isinstance(self.texts, str) else self.texts
 
     def plan(self, model: ModelContext) -> Plan[list[np.ndarray]]:
-        model.require("embed_multi_vector", "multi_vector")
+        model.require("embed_multi_vector", "multi_vector", "hybrid")
         rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
         total = sum(len(row.ids) for row in rows)
         if total > model.max_token_embeddings:
@@ -93,10 +93,12 @@ def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str) -> 
     """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
     length where the model normalises."""
     rules = rules_of(model)
-    vectors = vectors.astype(np.float32, copy=False)
+    vectors, ids = vectors.astype(np.float32, copy=False), row.ids
+    if rules.skip_first:
+        vectors, ids = vectors[1:], ids[1:]
     if side in rules.skip_sides and rules.skip_ids:
-        vectors = vectors[~np.isin(np.asarray(row.ids), rules.skip_ids)]
-    if model.manifest.normalize:
+        vectors = vectors[~np.isin(np.asarray(ids), rules.skip_ids)]
+    if rules.normalize:
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
     return vectors
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +26,8 @@ class RerankRequest(Request[list[tuple[int, float]]]):
     """As ScoreRequest's: one of a cross-encoder's prompts."""
     prompt: str | None = None
     """As ScoreRequest's: in front of the query, or a chat-template reranker's instruction."""
+    hybrid_weights: Mapping[str, float] | None = None
+    """As ScoreRequest's: a hybrid (bge-m3) model's weights of its dense, sparse and colbert scores."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [self.query, *self.documents]
@@ -38,7 +40,7 @@ class RerankRequest(Request[list[tuple[int, float]]]):
         documents = as_texts(self.documents, "documents")
         check_count("top_n", self.top_n)
         scores = plan_pairs(model, [self.query] * len(documents), documents, self.truncate, self.activation,
-                            self.prompt_name, self.prompt)
+                            self.prompt_name, self.prompt, self.hybrid_weights)
 
         def ranked(outputs: np.ndarray) -> list[tuple[int, float]]:
             values = scores.finish(outputs)

@@ -3,7 +3,7 @@ similarity."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +32,9 @@ class ScoreRequest(Request[list[float]]):
     prompt: str | None = None
     """A prompt given verbatim, over prompt_name: in front of each query, or, for a reranker that renders pairs
     through its chat template (Qwen3-Reranker), its instruction."""
+    hybrid_weights: Mapping[str, float] | None = None
+    """A hybrid (bge-m3) model's weights of its dense, sparse and colbert scores, in place of its own (0.4, 0.2, 0.4;
+    one left out weighs 0); the score is their weighted mean."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [*([self.text_1] if isinstance(self.text_1, str) else self.text_1),
@@ -39,14 +42,17 @@ class ScoreRequest(Request[list[float]]):
 
     def plan(self, model: ModelContext) -> Plan[list[float]]:
         return plan_pairs(model, *pair_texts(self.text_1, self.text_2), self.truncate, self.activation, self.prompt_name,
-                          self.prompt)
+                          self.prompt, self.hybrid_weights)
 
 
 def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], truncate: Truncation,
-               activation: bool, prompt_name: str | None = None, prompt: str | None = None) -> Plan[list[float]]:
+               activation: bool, prompt_name: str | None = None, prompt: str | None = None,
+               hybrid_weights: Mapping[str, float] | None = None) -> Plan[list[float]]:
     """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
-    text once and compares by cosine similarity."""
-    model.require("score", "score", "embed", "multi_vector")
+    text once and compares by cosine similarity (a hybrid model by its three scores, runtime/tasks/hybrid.py)."""
+    model.require("score", "score", "embed", "multi_vector", "hybrid")
+    if hybrid_weights is not None and model.manifest.task != "hybrid":
+        raise InvalidRequest(f"hybrid_weights apply to a hybrid (bge-m3) model; this is a {model.manifest.task} model")
     if model.manifest.task == "multi_vector":
         return _late_interaction(model, firsts, seconds, truncate, prompt_name, prompt)
     tokenizer, cut = model.tokenizer_for(truncate)
@@ -55,6 +61,10 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     if prompt_name is not None or prompt is not None:
         raise InvalidRequest("a prompt applies to a cross-encoder's pairs; this embedding model scores by the cosine "
                              "of its default-prompted embeddings")
+    if model.manifest.task == "hybrid":
+        from encoderrt.runtime.tasks.hybrid import plan_hybrid_scores
+
+        return plan_hybrid_scores(model, firsts, seconds, truncate, hybrid_weights)
     unique = list(dict.fromkeys(firsts + seconds))
     position = {text: i for i, text in enumerate(unique)}
     left = [position[t] for t in firsts]

@@ -23,7 +23,12 @@ class SparseEmbedRequest(Request[list[list[tuple[int, float]]]]):
         return [self.texts] if isinstance(self.texts, str) else self.texts
 
     def plan(self, model: ModelContext) -> Plan[list[list[tuple[int, float]]]]:
-        model.require("embed_sparse", "sparse")
+        model.require("embed_sparse", "sparse", "hybrid")
+        if model.manifest.task == "hybrid":  # bge-m3's lexical weights, in the same shape
+            from encoderrt.runtime.tasks.hybrid import HybridEmbedRequest
+
+            lexical = HybridEmbedRequest(self.texts, ("sparse",), self.truncate, self.top_k).plan(model)
+            return Plan(lexical.rows, lambda outputs: [e.sparse for e in lexical.finish(outputs)], outputs=lexical.outputs)
         tokenizer, cut = model.tokenizer_for(self.truncate)
         check_count("top_k", self.top_k)
         return Plan(tokenizer.encode(as_texts(self.texts, "texts"), cut), lambda out: sparse_rows(out, self.top_k))

@@ -30,7 +30,7 @@ class TokenEmbedRequest(Request[list[np.ndarray]]):
         return [self.texts] if isinstance(self.texts, str) else self.texts
 
     def plan(self, model: ModelContext) -> Plan[list[np.ndarray]]:
-        model.require("embed_all", "embed")
+        model.require("embed_all", "embed", "hybrid")
         if TOKEN_EMBEDDINGS not in model.manifest.outputs:
             raise InvalidRequest(f"this artifact of {model.name} has no token embeddings output (compiled for "
                                  f"{model.manifest.target}, or by an older encoderrt); recompile it for cpu or openvino")
