@@ -209,7 +209,8 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
     elif family == "modernbert":  # a 16-token window, so that parity covers sequences past it
         tokenizer = _byte_level_tokenizer(max_positions)
         config = transformers.ModernBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
-                                               cls_token_id=0, sep_token_id=2, local_attention=16,
+                                               cls_token_id=0, sep_token_id=2,
+                                               local_attention=small.pop("local_attention", 16),
                                                global_attn_every_n_layers=2, **small)
     elif family == "xlm-roberta":  # bge-m3's layout when given its 8,194 positions
         tokenizer = _unigram_tokenizer(max_positions - 2, "XLMRobertaTokenizerFast")
@@ -398,13 +399,14 @@ def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int
 def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict | None = None,
                    query_length: int | None = None, document_length: int | None = 40,
                    skiplist: tuple[str, ...] | None = None, prompts: dict[str, str] | None = None,
-                   similarity: str | None = None, normalize: bool = False, **sizes) -> Path:
+                   similarity: str | None = None, normalize: bool = False, family: str = "bert", **sizes) -> Path:
     """A sentence-transformers MultiVectorEncoder (ColBERT) folder, saved by sentence-transformers: a tiny BERT whose
     vocabulary has punctuation, a Dense projection of every token to `dim`, and a MultiVectorMask skipping
     punctuation in documents; queries expanded with [MASK] to 16 tokens, not attended to (classic ColBERT), unless
     `expansion` says otherwise ({} turns it off); "[Q] " / "[D] " prompts; MaxSim unless `similarity` says
     "meanmaxsim"; `normalize` puts a token-level Normalize after the mask (as sentence-transformers converts PyLate's
-    folders); `sizes` override the encoder's (_small's)."""
+    folders); `family` "modernbert" puts a ModernBERT under it (byte-level BPE, whose alphabet has the punctuation;
+    its mask token expands queries); `sizes` override the encoder's (_small's)."""
     import string
 
     import torch
@@ -412,8 +414,9 @@ def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict |
     from sentence_transformers.base.modules import Dense, Normalize, Transformer
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
-    base = bert_checkpoint(folder.with_name(folder.name + "-base"), num_labels=None, seed=seed,
-                           extra_tokens=tuple(string.punctuation), **sizes)
+    base = (bert_checkpoint(folder.with_name(folder.name + "-base"), num_labels=None, seed=seed,
+                            extra_tokens=tuple(string.punctuation), **sizes) if family == "bert"
+            else family_checkpoint(folder.with_name(folder.name + "-base"), family, num_labels=None, seed=seed, **sizes))
     expansion = {"strategy": "fixed", "attend": False, "length": 16} if expansion is None else expansion or None
     transformer = Transformer(str(base), query_length=query_length, document_length=document_length,
                               query_expansion=expansion)

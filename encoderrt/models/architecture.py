@@ -70,8 +70,9 @@ class Architecture:
         return canonical
 
     def expected_gelus(self, task: str, num_layers: int) -> int:
-        """Per layer one, plus the classification head's, or the MLM head's one (dense + GELU + LayerNorm) for sparse."""
-        return num_layers * self.layer_gelus + {"embed": 0, "sparse": 1}.get(task, self.head_gelus)
+        """Per layer one, plus the classification head's, or the MLM head's one (dense + GELU + LayerNorm) for sparse;
+        none more for the tasks that run the bare encoder (embed, multi_vector, hybrid)."""
+        return num_layers * self.layer_gelus + {"embed": 0, "multi_vector": 0, "hybrid": 0, "sparse": 1}.get(task, self.head_gelus)
 
     def position_offset(self, config: Mapping[str, Any]) -> int:
         """The position id of a sequence's first token."""

@@ -21,6 +21,9 @@ VARIANTS = {
     "classic": {},  # fixed expansion to 16 tokens, not attended to; MaxSim
     "attended-min-mean-normalized": {"expansion": {"strategy": "min", "attend": True, "length": 8},
                                      "similarity": "meanmaxsim", "query_length": 12, "normalize": True},
+    # GTE-ModernColBERT's base: no segment ids; a 32-token window, so each expansion token's window holds a real
+    # token, as a real model's does (128 tokens; queries of 32)
+    "modernbert": {"family": "modernbert", "local_attention": 32},
 }
 
 
