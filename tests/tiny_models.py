@@ -455,3 +455,51 @@ def bge_m3_folder(folder: Path, seed: int = 7, colbert_dim: int | None = None, *
         sparse.bias -= sparse(states).median()
     torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
     return folder
+
+
+def pylate_folder(folder: Path, seed: int = 8, dim: int = 24, query_length: int = 16, document_length: int = 40,
+                  attend: bool = False, use_residual: bool = False) -> Path:
+    """A ColBERT folder in PyLate's layout (PyLate is not installed here; the files are written as its ColBERT.save
+    writes them, pylate 1.x on sentence-transformers 5): a tiny BERT whose tokenizer has "[Q] " and "[D] " added
+    as tokens and the mask token as padding, modules.json listing the Transformer and a pylate Dense, and the rest at
+    the top level of config_sentence_transformers.json (model_type "ColBERT", prefixes, lengths, expansion,
+    skip-list). sentence-transformers' MultiVectorEncoder reads it through its PyLate fix-ups."""
+    import json
+    import string
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModel, AutoTokenizer
+
+    base = bert_checkpoint(folder.with_name(folder.name + "-base"), num_labels=None, seed=seed,
+                           extra_tokens=tuple(string.punctuation))
+    tokenizer, model = AutoTokenizer.from_pretrained(base), AutoModel.from_pretrained(base)
+    tokenizer.add_tokens(["[Q] ", "[D] "])
+    model.resize_token_embeddings(len(tokenizer))
+    tokenizer.pad_token = tokenizer.mask_token
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    hidden = model.config.hidden_size
+    torch.manual_seed(seed)
+    (folder / "1_Dense").mkdir()
+    save_file({"linear.weight": torch.randn(dim, hidden) / hidden ** 0.5}, folder / "1_Dense" / "model.safetensors")
+    files = {
+        "1_Dense/config.json": {"in_features": hidden, "out_features": dim, "bias": False,
+                                "activation_function": "torch.nn.modules.linear.Identity", "use_residual": use_residual},
+        "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                         {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}],
+        "sentence_bert_config.json": {"max_seq_length": 48, "do_lower_case": False},
+        "config_sentence_transformers.json": {
+            "__version__": {"sentence_transformers": "5.1.1", "transformers": "4.56.2", "pytorch": "2.8.0",
+                            "pylate": "1.3.2"},
+            "model_type": "ColBERT", "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
+            "query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": query_length,
+            "document_length": document_length, "attend_to_expansion_tokens": attend,
+            "skiplist_words": list(string.punctuation), "do_query_expansion": True},
+    }
+    if use_residual:
+        save_file({"linear.weight": torch.randn(dim, hidden) / hidden ** 0.5,
+                   "residual.weight": torch.randn(dim, hidden) / hidden ** 0.5}, folder / "1_Dense" / "model.safetensors")
+    for name, content in files.items():
+        (folder / name).write_text(json.dumps(content, indent=2))
+    return folder

@@ -110,6 +110,10 @@ def _save_tokenizer(source: SourceModel, folder: Path) -> int:
         raise InputError(f"cannot load the tokenizer from {source.weights_folder}: {exc}") from None
     if not tokenizer.is_fast:
         raise InputError(f"the tokenizer in {source.weights_folder} has no fast (tokenizers) version")
+    if source.prefix_tokens:
+        from encoderrt.compile.multi_vector import register_prefix_tokens
+
+        register_prefix_tokens(tokenizer, source.prefix_tokens)
     tokenizer.save_pretrained(folder)
     if not (folder / TOKENIZER_FILE).is_file():
         raise InputError(f"the tokenizer in {source.weights_folder} could not be saved as {TOKENIZER_FILE}")

@@ -1,10 +1,17 @@
 """Late-interaction (ColBERT) folders as sentence-transformers' MultiVectorEncoder saves them: a Transformer, Dense
 projections of every token, a MultiVectorMask, maybe a Normalize. The graph returns every token's projected vector
 (export.TokenVectors); the rules that differ between queries and documents (lengths, query expansion, the
-skip-list) go into the manifest, where the runtime applies them (runtime/tasks/multi_vector.py), normalising too."""
+skip-list) go into the manifest, where the runtime applies them (runtime/tasks/multi_vector.py), normalising too.
+
+PyLate's folders (config_sentence_transformers.json's model_type "ColBERT") list only the Transformer and its Dense
+modules and keep the rest at the top level of that file (query_prefix, document_prefix, query_length,
+document_length, do_query_expansion, attend_to_expansion_tokens, skiplist_words): they are read as
+MultiVectorEncoder reads them (its legacy fix-ups), the mask and a token-level Normalize included, and the prefixes,
+which PyLate inserted as tokens, become prompts registered as special tokens in the artifact's tokenizer."""
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,69 @@ def read_layout(where: Path, entries: list[dict[str, Any]], classes: list[str]) 
     paths = [str(entry.get("path", "")) for entry in entries]
     normalize = paths[classes.index("Normalize")] if "Normalize" in classes else None
     return tuple(paths[1:dense]), normalize, paths[classes.index("MultiVectorMask")]
+
+
+PYLATE_MODEL_TYPE = "ColBERT"
+_PYLATE_PREFIXES = {"query_prefix": "query", "document_prefix": "document"}
+
+
+def is_pylate(st_config: dict[str, Any]) -> bool:
+    return st_config.get("model_type") == PYLATE_MODEL_TYPE
+
+
+def pylate_layout(where: Path, entries: list[dict[str, Any]], classes: list[str]) -> tuple[str, ...]:
+    """A PyLate folder's Dense module paths: its modules are a Transformer and Dense modules on the tokens."""
+    if len(classes) < 2 or classes[0] != "Transformer" or any(kind != "Dense" for kind in classes[1:]):
+        raise InputError(f"the modules in {where} are {' -> '.join(classes)}; encoderrt compiles a PyLate ColBERT "
+                         "folder as Transformer -> Dense modules")
+    return tuple(str(entry.get("path", "")) for entry in entries[1:])
+
+
+def pylate_configs(st_config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """The Transformer's and the mask's configs, and the prompts, that MultiVectorEncoder makes of a PyLate folder's
+    top-level keys: expansion on (to query_length, 32 unless given, not attended unless the folder says so) unless
+    do_query_expansion is false; punctuation skipped unless skiplist_words says otherwise; each prefix in front of
+    its side's prompt."""
+    transformer = {key: st_config[key] for key in ("query_length", "document_length", "query_expansion")
+                   if key in st_config and (st_config[key] is not None or key == "query_expansion")}
+    if "query_expansion" not in transformer:
+        if st_config.get("do_query_expansion") is False:
+            transformer["query_expansion"] = None
+        else:
+            attend = st_config.get("attend_to_expansion_tokens", st_config.get("attend_to_mask_tokens"))
+            length = transformer.pop("query_length", None) or 32
+            transformer["query_expansion"] = {"strategy": "fixed", "attend": bool(attend), "length": length}
+    words = st_config.get("skiplist_words")
+    mask = {"skiplist_words": list(string.punctuation) if words is None else words}
+    prompts = dict(st_config.get("prompts") or {})
+    for key, side in _PYLATE_PREFIXES.items():
+        if key in st_config:
+            prefix = st_config[key] or ""
+            prompts[side] = prefix + (prompts.get(side) or "").removeprefix(prefix)
+    return transformer, mask, prompts
+
+
+def prefix_tokens(st_config: dict[str, Any]) -> tuple[str, ...]:
+    """The prefixes a PyLate folder inserted as tokens (its query_prefix and document_prefix)."""
+    return tuple(st_config[key] for key in _PYLATE_PREFIXES if st_config.get(key))
+
+
+def register_prefix_tokens(tokenizer: Any, prefixes: tuple[str, ...]) -> None:
+    """Make each prefix the tokenizer knows (as a whole, or its first word) one special, unnormalised token where it
+    would otherwise be split (a lowercasing tokenizer never matches an added "[Q] " it normalises), so that the
+    prefix written in front of a text tokenises as PyLate inserted it, as MultiVectorEncoder arranges on load."""
+    from tokenizers import AddedToken
+
+    known = set(getattr(tokenizer, "added_tokens_encoder", None) or ()) | set(tokenizer.get_vocab())
+    register = []
+    for prefix in prefixes:
+        if not prefix.split():
+            continue
+        token = next((t for t in (prefix, prefix.split(None, 1)[0]) if t in known), None)
+        if token is not None and tokenizer.tokenize(token) != [token]:
+            register.append(AddedToken(token, normalized=False, special=True))
+    if register:
+        tokenizer.add_special_tokens({"additional_special_tokens": register})
 
 
 def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], st_config: dict[str, Any],
@@ -50,6 +120,8 @@ def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], 
             raise InputError(f"the tokenizer in {weights_folder} has no mask or end-of-sequence token to expand "
                              "queries with")
     similarity = st_config.get("similarity_fn_name") or "maxsim"
+    if is_pylate(st_config) and similarity not in ("maxsim", "meanmaxsim"):
+        similarity = "maxsim"  # PyLate's own names ("MaxSim"), which MultiVectorEncoder leaves for its default
     if similarity not in ("maxsim", "meanmaxsim"):
         raise InputError(f"similarity_fn_name '{similarity}' is not supported for a multi-vector model; encoderrt "
                          "scores by maxsim or meanmaxsim")
@@ -80,8 +152,8 @@ def token_dense(path: Path) -> torch.nn.Module:
     """A Dense module that projects every token (sentence-transformers loads it: weights, bias, activation)."""
     from sentence_transformers.base.modules.dense import Dense
 
-    try:
-        dense = Dense.load(str(path), local_files_only=True)
+    try:  # token embeddings where the save names no input (PyLate's, older sentence-transformers')
+        dense = Dense.load(str(path), local_files_only=True, init_defaults={"module_input_name": "token_embeddings"})
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise InputError(f"cannot load the Dense module in {path}: {exc}") from None
     if dense.module_input_name != "token_embeddings" or dense.module_output_name != "token_embeddings":

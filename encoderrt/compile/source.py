@@ -86,6 +86,9 @@ class SourceModel:
     hybrid_heads: tuple[Path, Path] | None = None
     """A hybrid (bge-m3) model's colbert and sparse head files (compile/hybrid.py)."""
     hybrid: Hybrid | None = None
+    prefix_tokens: tuple[str, ...] = ()
+    """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
+    tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
@@ -148,9 +151,16 @@ class _Modules:
     """A causal LM scored by two of its next-token logits (a CrossEncoder's LogitScore module)."""
     multi_vector_path: str | None = None
     """The MultiVectorMask module of a MultiVectorEncoder folder (Transformer -> Dense modules -> MultiVectorMask)."""
+    pylate: bool = False
+    """A PyLate ColBERT folder (Transformer -> Dense modules; its other rules at the top level of
+    config_sentence_transformers.json: compile/multi_vector.py)."""
+
+    @property
+    def multi_vector(self) -> bool:
+        return self.multi_vector_path is not None or self.pylate
 
 
-def _read_modules(folder: Path) -> _Modules | None:
+def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
     path = folder / "modules.json"
     if not path.is_file():
         return None
@@ -163,6 +173,11 @@ def _read_modules(folder: Path) -> _Modules | None:
             raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a causal-LM "
                              "CrossEncoder as Transformer -> LogitScore")
         return _Modules(entries[0].get("path", ""), logit_score_path=entries[1].get("path", ""))
+    from encoderrt.compile.multi_vector import is_pylate, pylate_layout
+
+    if is_pylate(st_config):  # its mask and Normalize were inline: MultiVectorEncoder appends them on load
+        return _Modules(entries[0].get("path", ""), dense_paths=pylate_layout(path, entries, classes), normalize=True,
+                        pylate=True)
     if "MultiVectorMask" in classes:
         from encoderrt.compile.multi_vector import read_layout
 
@@ -258,13 +273,13 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     if not folder.is_dir():
         raise InputError(f"model path is not a folder: {folder}")
     notes: list[str] = []
-    modules = _read_modules(folder)
     st_config = _read_optional_json(folder / "config_sentence_transformers.json")
+    modules = _read_modules(folder, st_config)
     if modules is None:
         kind: SourceKind = "transformers"
     elif modules.sparse:
         kind = "sparse-encoder"
-    elif modules.multi_vector_path is not None:
+    elif modules.multi_vector:
         kind = "multi-vector-encoder"
     elif st_config.get("model_type") == "CrossEncoder":
         kind = "cross-encoder"
@@ -321,6 +336,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     normalize = False
     dense_folders: tuple[Path, ...] = ()
     multi_vector = hybrid = None
+    prefixes: tuple[str, ...] = ()
     if task in ("embed", "hybrid"):
         if modules and modules.pooling_path:
             folder_pooling = _pooling_from_config(folder / modules.pooling_path)
@@ -346,14 +362,19 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     elif task == "multi_vector":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a multi-vector model")
-        from encoderrt.compile.multi_vector import read_rules
+        from encoderrt.compile.multi_vector import prefix_tokens, pylate_configs, read_rules
 
-        assert modules is not None and modules.multi_vector_path is not None
+        assert modules is not None and modules.multi_vector
         dense_folders = tuple(folder / path for path in modules.dense_paths)
         normalize = modules.normalize
-        multi_vector = read_rules(_read_optional_json(weights_folder / "sentence_bert_config.json"),
-                                  _read_optional_json(folder / modules.multi_vector_path / "config.json"), st_config,
-                                  weights_folder, modules.normalize)
+        if modules.pylate:
+            transformer_config, mask_config, pylate_prompts = pylate_configs(st_config)
+            st_config, prefixes = {**st_config, "prompts": pylate_prompts}, prefix_tokens(st_config)
+        else:
+            assert modules.multi_vector_path is not None
+            transformer_config = _read_optional_json(weights_folder / "sentence_bert_config.json")
+            mask_config = _read_optional_json(folder / modules.multi_vector_path / "config.json")
+        multi_vector = read_rules(transformer_config, mask_config, st_config, weights_folder, modules.normalize)
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
@@ -401,6 +422,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         multi_vector=multi_vector,
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
+        prefix_tokens=prefixes,
         notes=tuple(notes),
     )
 
