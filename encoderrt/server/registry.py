@@ -20,7 +20,7 @@ VERB_TASKS: dict[str, tuple[str, ...]] = {
     "rerank": ("score", "multi_vector", "hybrid", "embed"),
     "classify": ("classify", "score"),
     "embed_sparse": ("sparse", "hybrid"),
-    "embed_all": ("embed", "hybrid"),
+    "embed_all": ("embed", "hybrid", "multi_vector"),
     "pooling": ("embed", "hybrid", "classify", "score", "multi_vector"),
     "tokenize": ("embed", "score", "classify", "sparse", "multi_vector", "hybrid"),
 }

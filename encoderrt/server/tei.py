@@ -13,6 +13,7 @@ from encoderrt.runtime.requests import as_texts
 from encoderrt.runtime.tasks import (
     ClassifyRequest,
     EmbedRequest,
+    MultiVectorRequest,
     RerankRequest,
     ScoreRequest,
     SparseEmbedRequest,
@@ -94,13 +95,19 @@ async def embed(body: EmbedBody, request: Request) -> Response:
 @router.post("/embed_all")
 async def embed_all(body: EmbedAllBody, request: Request) -> Response:
     """TEI's token embeddings: per input, every token's final hidden state (special and prompt tokens included),
-    unpooled and unnormalised; past the engine's max_token_embeddings a 413."""
+    unpooled and unnormalised; a multi-vector (ColBERT) model's vectors, as a document's (its prompt, its skip-list);
+    past the engine's max_token_embeddings a 413."""
     started = time.perf_counter()
     served = common.resolve(request, body.model, "embed_all")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
-    completion = await served.engine.arun(TokenEmbedRequest(texts, body.truncate, body.prompt_name,
-                                                            truncation_side=body.truncation_direction.lower()))
+    side = body.truncation_direction.lower()
+    multi_vector = served.engine.info.task == "multi_vector"
+    if multi_vector and side != "right":
+        raise InvalidRequest("a multi-vector model cuts documents at their end: truncation_direction must be Right")
+    completion = await served.engine.arun(MultiVectorRequest(texts, "document", body.truncate, body.prompt_name)
+                                          if multi_vector else
+                                          TokenEmbedRequest(texts, body.truncate, body.prompt_name, truncation_side=side))
     return common.reply([states.tolist() for states in completion.value], completion, started)
 
 

@@ -53,7 +53,7 @@ def test_every_rerank_and_score_route_answers_with_maxsim(colbert, url):
 def test_a_verb_the_model_has_not_is_a_400_naming_what_it_answers(url):
     embedded = httpx.post(f"{url}/v1/embeddings", json={"model": "colbert", "input": ["fox"]}, timeout=60)
     assert embedded.status_code == 400
-    assert "a multi_vector model and cannot answer embed (it answers score, rerank, pooling, tokenize)" in embedded.text
+    assert "a multi_vector model and cannot answer embed (it answers score, rerank, embed_all, pooling, tokenize)" in embedded.text
     pooled = httpx.post(f"{url}/pooling", json={"input": ["fox"], "task": "embed"}, timeout=60)
     assert pooled.status_code == 400 and "it pools with task 'token_embed'" in pooled.text
 
@@ -79,3 +79,14 @@ def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
     halves = np.frombuffer(base64.b64decode(half.json()["data"][0]["data"]), dtype="<f2").reshape(-1, 24)
     assert halves.nbytes * 2 == vectors.nbytes
     np.testing.assert_allclose(halves.astype(np.float32), vectors, rtol=1e-3, atol=1e-3)
+
+
+def test_teis_embed_all_returns_the_document_vectors(colbert, url):
+    """TEI's /embed_all: a ColBERT model's token embeddings are its vectors, as encode_document returns them."""
+    _, reference = colbert
+    answer = httpx.post(f"{url}/embed_all", json={"inputs": DOCUMENTS}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    for rows, vectors in zip(answer.json(), reference.encode_document(DOCUMENTS)):
+        np.testing.assert_allclose(np.array(rows), vectors.numpy(), atol=1e-4)
+    left = httpx.post(f"{url}/embed_all", json={"inputs": DOCUMENTS, "truncation_direction": "Left"}, timeout=60)
+    assert left.status_code == 400 and "truncation_direction must be Right" in left.text
