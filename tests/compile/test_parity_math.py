@@ -41,3 +41,17 @@ def test_a_multi_vector_model_is_lossless_only_where_its_maxsim_rankings_hold():
     swapped[2] = e[2] + 0.31 * e[0]  # now probe 2 outscores probe 1 against probe 0, its vector turned 0.02 rad
     figures, failures = compare("multi_vector", "bf16", reference, [swapped], lengths=[1, 1, 1, 1])
     assert figures["spearman"] < 0.999 and figures["lossless"] is False and not failures  # bf16's own tolerance holds
+
+
+def test_probes_cut_to_the_same_tokens_are_one_document_in_the_rankings():
+    """Probes past the limit are cut to the same tokens and tie in the reference: a candidate's order between them
+    is no ranking change (by hand: probes 2 and 3 are one document; the candidate puts 3 a hair above 2)."""
+    e = np.eye(3, dtype=np.float32)
+    reference = np.stack([e[0], e[1] + 0.5 * e[0], e[2] + 0.3 * e[0], e[2] + 0.3 * e[0]])
+    candidate = reference.copy()
+    candidate[3] = e[2] + 0.3001 * e[0]
+    figures, _ = compare("multi_vector", "bf16", reference, [candidate], lengths=[1, 1, 1, 1])
+    assert figures["spearman"] == 1.0 and figures["lossless"] is True
+    candidate[2] = e[2] + 0.6 * e[0]  # a real swap: probe 2 now outranks probe 1 against probe 0
+    figures, _ = compare("multi_vector", "bf16", reference, [candidate], lengths=[1, 1, 1, 1])
+    assert figures["spearman"] < 0.999 and figures["lossless"] is False
