@@ -117,8 +117,10 @@ async def info(request: Request) -> Response:
         raise InvalidRequest("no model is served")
     served = models[0]
     engine_info = served.engine.info
-    if engine_info.task in ("embed", "hybrid"):
-        model_type: dict[str, Any] = {"embedding": {"pooling": engine_info.pooling}}
+    if engine_info.task in ("embed", "hybrid", "sparse", "multi_vector"):
+        # TEI's pooling names: a SPLADE model's is "splade"; a multi-vector model pools nothing
+        pooling = {"sparse": "splade", "multi_vector": "none"}.get(engine_info.task, engine_info.pooling)
+        model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
         id2label = {str(i): label for i, label in enumerate(engine_info.labels)}
         kind = "reranker" if engine_info.task == "score" else "classifier"

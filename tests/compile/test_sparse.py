@@ -61,6 +61,8 @@ def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
                 httpx.Client(base_url=url, timeout=60) as http:  # the server closes the engine when it stops
             sparse = http.post("/embed_sparse", json={"inputs": TEXTS[:2]})
             openai = http.post("/v1/embeddings", json={"input": "x", "model": "splade"})
+            info = http.get("/info").json()
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}}  # as TEI describes a SPLADE model
     assert sparse.status_code == 200
     assert [[(item["index"], item["value"]) for item in row] for row in sparse.json()] == expected
     assert openai.status_code == 400 and "sparse model and cannot answer embed (it answers embed_sparse" in openai.text

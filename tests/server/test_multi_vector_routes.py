@@ -90,3 +90,4 @@ def test_teis_embed_all_returns_the_document_vectors(colbert, url):
         np.testing.assert_allclose(np.array(rows), vectors.numpy(), atol=1e-4)
     left = httpx.post(f"{url}/embed_all", json={"inputs": DOCUMENTS, "truncation_direction": "Left"}, timeout=60)
     assert left.status_code == 400 and "truncation_direction must be Right" in left.text
+    assert httpx.get(f"{url}/info", timeout=60).json()["model_type"] == {"embedding": {"pooling": "none"}}
