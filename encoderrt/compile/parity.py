@@ -181,24 +181,7 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
 
 def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray:
     """The PyTorch module's outputs; a multi-vector model's are every real token's vector, the probes' end to end."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from encoderrt.compile.export import load_torch_model
-
-    tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
-    module = load_torch_model(source)
-    names = source.architecture.input_names
-    outputs = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), 8):
-            batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length, return_tensors="pt")
-            result = module(**{name: batch[name] for name in names if name in batch})
-            result = (result[0] if source.task == "hybrid" else result).numpy()
-            if source.task == "multi_vector":
-                result = result[batch["attention_mask"].numpy().astype(bool)]
-            outputs.append(result)
-    return np.concatenate(outputs).astype(np.float32)
+    return _torch_outputs(source, texts)[source.output_name]
 
 
 HYBRID_TOKEN_OUTPUTS = (LEXICAL_WEIGHTS, MULTI_VECTORS)
@@ -206,8 +189,9 @@ HYBRID_TOKEN_OUTPUTS = (LEXICAL_WEIGHTS, MULTI_VECTORS)
 encoder's, which the dense row already covers)."""
 
 
-def _hybrid_token_reference(source: SourceModel, texts: list[str]) -> dict[str, np.ndarray]:
-    """The PyTorch module's lexical weights and colbert vectors of every real token of the probes, end to end."""
+def _torch_outputs(source: SourceModel, texts: list[str]) -> dict[str, np.ndarray]:
+    """The PyTorch module's outputs on `texts` by the graph's output names, in batches of 8; a per-token output's rows
+    are every real token's, the texts' end to end."""
     import torch
     from transformers import AutoTokenizer
 
@@ -215,16 +199,17 @@ def _hybrid_token_reference(source: SourceModel, texts: list[str]) -> dict[str, 
 
     tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
     module = load_torch_model(source)
-    collected: dict[str, list[np.ndarray]] = {name: [] for name in HYBRID_TOKEN_OUTPUTS}
+    collected: dict[str, list[np.ndarray]] = {}
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
         for start in range(0, len(texts), 8):
             batch = tokenizer(texts[start : start + 8], padding=True, truncation=True, max_length=source.max_length,
                               return_tensors="pt")
-            _, _, weights, vectors = module(**{name: batch[name] for name in source.architecture.input_names if name in batch})
+            result = module(**{name: batch[name] for name in source.architecture.input_names if name in batch})
             real = batch["attention_mask"].numpy().astype(bool)
-            collected[LEXICAL_WEIGHTS].append(weights.numpy()[real])
-            collected[MULTI_VECTORS].append(vectors.numpy()[real])
+            for name, values in zip(source.graph_outputs, (result,) if isinstance(result, torch.Tensor) else result):
+                values = values.numpy()
+                collected.setdefault(name, []).append(values[real] if name in PER_TOKEN_OUTPUTS else values)
     return {name: np.concatenate(parts).astype(np.float32) for name, parts in collected.items()}
 
 
@@ -402,7 +387,10 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
             starts += [row.pooling_start for row in rows]
         adapters = [0] * len(texts) + [row.adapter for row in rows]
         texts, reference = texts + adapted, np.concatenate([reference, outputs])
-    tokens = _hybrid_token_reference(source, texts) if source.task == "hybrid" else None
+    tokens = None
+    if source.task == "hybrid":
+        outputs = _torch_outputs(source, texts)
+        tokens = {name: outputs[name] for name in HYBRID_TOKEN_OUTPUTS}
     return Probes(texts, pairs, reference, name, starts, adapters, tokens)
 
 

@@ -86,6 +86,7 @@ class SourceModel:
     hybrid_heads: tuple[Path, Path] | None = None
     """A hybrid (bge-m3) model's colbert and sparse head files (compile/hybrid.py)."""
     hybrid: Hybrid | None = None
+    """A hybrid model's lexical and scoring rules (compile/hybrid.py)."""
     prefix_tokens: tuple[str, ...] = ()
     """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
     tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""

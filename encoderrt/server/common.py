@@ -79,6 +79,11 @@ def float32_base64(vector: np.ndarray) -> str:
     return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
 
 
+def sparse_values(pairs: list[tuple[int, float]]) -> list[dict[str, float]]:
+    """Sparse weights in TEI's shape: {"index": token id, "value": weight}, as the pairs are ordered."""
+    return [{"index": index, "value": value} for index, value in pairs]
+
+
 def encoded(vector: np.ndarray, encoding_format: str, embed_dtype: str = "float32") -> np.ndarray | str:
     """OpenAI's encoding_format: the floats, or "base64" (little-endian float32, or float16 where vLLM's embed_dtype
     asks for half the bytes)."""

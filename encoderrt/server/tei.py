@@ -119,7 +119,7 @@ async def embed_sparse(body: EmbedSparseBody, request: Request) -> Response:
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
     completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate))
-    vectors = [[{"index": index, "value": value} for index, value in row] for row in completion.value]
+    vectors = [common.sparse_values(row) for row in completion.value]
     return common.reply(vectors, completion, started)
 
 

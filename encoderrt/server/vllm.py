@@ -144,11 +144,11 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if body.messages is not None or body.input is None:
         raise InvalidRequest("pooling takes `input` (text, texts or token ids); chat `messages` are for decoder models")
     served = common.resolve(request, body.model, "pooling")
+    if body.outputs is not None:
+        return await _hybrid_pooling(body, request, served, started)
     model_task = served.engine.info.task
     native = {"embed": "embed", "hybrid": "embed", "multi_vector": "token_embed"}.get(model_task, "classify")
     task = body.task or native
-    if body.outputs is not None:
-        return await _hybrid_pooling(body, request, served, started)
     if task != native and not (model_task == "hybrid" and task == "token_embed"):
         hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
         raise InvalidRequest(f"task '{task}' is not available for model '{served.name}' ({hint}it pools with task '{native}')")
@@ -196,7 +196,7 @@ async def _hybrid_pooling(body: PoolingBody, request: Request, served: Any, star
         if embedding.dense is not None:
             values["dense"] = common.encoded(embedding.dense, body.encoding_format, body.embed_dtype)
         if embedding.sparse is not None:
-            values["sparse"] = [{"index": index, "value": value} for index, value in embedding.sparse]
+            values["sparse"] = common.sparse_values(embedding.sparse)
         if embedding.colbert is not None:
             values["colbert"] = common.encoded(embedding.colbert, body.encoding_format, body.embed_dtype)
         return values

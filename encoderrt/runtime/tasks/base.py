@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from encoderrt.runtime.errors import InvalidRequest
+from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.prompts import adapter_index, resolve_prompt, with_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
@@ -91,6 +91,13 @@ class ModelContext:
         if side not in ("right", "left"):
             raise InvalidRequest(f"truncation side must be 'right' or 'left', got {side!r}")
         return tokenizer.encode(with_prompt(as_texts(texts, "texts"), prefix), cut, side=side)
+
+    def limit_token_vectors(self, rows: list[Tokens], what: str, advice: str = "send fewer or shorter texts") -> None:
+        """A request that returns a vector per token holds at most max_token_embeddings of them (`what` they are)."""
+        total = sum(len(row.ids) for row in rows)
+        if total > self.max_token_embeddings:
+            raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
+                                 f"{self.max_token_embeddings} {what}: {advice}")
 
     def excluded_prompt_tokens(self, prefix: str) -> int:
         """How many leading tokens pooling skips: the prompt's, where the model leaves its prompt out of pooling."""

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
+from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import HYBRID_OUTPUTS, LEXICAL_WEIGHTS, MULTI_VECTORS, Hybrid
-from encoderrt.runtime.postprocess import l2_normalize
+from encoderrt.runtime.postprocess import cosine_pairs, shape_embeddings
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request, check_count
-from encoderrt.runtime.tasks.multi_vector import maxsim, scored
+from encoderrt.runtime.tasks.multi_vector import pair_maxsim, scored
 from encoderrt.runtime.tokenizer import Tokens
 
 Lexical = tuple[np.ndarray, np.ndarray]
@@ -60,19 +60,17 @@ class HybridEmbedRequest(Request[list[HybridEmbedding]]):
         check_count("top_k", self.top_k)
         rows = hybrid_rows(model, as_texts(self.texts, "texts"), self.truncate)
         if "colbert" in wanted:
-            total = sum(len(row.ids) for row in rows)
-            if total > model.max_token_embeddings:
-                raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
-                                     f"{model.max_token_embeddings} token vectors: send fewer or shorter texts, or "
-                                     "leave colbert out")
+            model.limit_token_vectors(rows, "token vectors", "send fewer or shorter texts, or leave colbert out")
         names = graph_outputs(model, wanted)
 
         def finish(outputs: list[dict[str, np.ndarray]]) -> list[HybridEmbedding]:
+            dense = (shape_embeddings(np.stack([output[names[0]] for output in outputs]), model.manifest.normalize, None)
+                     if "dense" in wanted and outputs else [None] * len(outputs))
             return [HybridEmbedding(
-                dense=_dense(model, output[names[0]]) if "dense" in wanted else None,
+                dense=vector,
                 sparse=_pairs(lexical(model, row, output[LEXICAL_WEIGHTS]), self.top_k) if "sparse" in wanted else None,
                 colbert=scored(model, row, output[MULTI_VECTORS], "document") if "colbert" in wanted else None,
-            ) for row, output in zip(rows, outputs)]
+            ) for row, output, vector in zip(rows, outputs, dense)]
 
         return Plan(rows, finish, outputs=names)
 
@@ -90,7 +88,7 @@ def graph_outputs(model: ModelContext, wanted: Sequence[str]) -> tuple[str, ...]
     return tuple(by_kind[kind] for kind in HYBRID_OUTPUTS if kind in wanted)
 
 
-def rules_of(model: ModelContext) -> Hybrid:
+def hybrid_rules(model: ModelContext) -> Hybrid:
     rules = model.manifest.hybrid
     assert rules is not None  # the manifest refuses a hybrid task without them
     return rules
@@ -99,7 +97,7 @@ def rules_of(model: ModelContext) -> Hybrid:
 def lexical(model: ModelContext, row: Tokens, weights: np.ndarray) -> Lexical:
     """Each token id's largest weight above zero, the model's unweighted tokens left out."""
     ids = np.asarray(row.ids)
-    keep = (weights > 0) & ~np.isin(ids, rules_of(model).lexical_skip_ids)
+    keep = (weights > 0) & ~np.isin(ids, hybrid_rules(model).lexical_skip_ids)
     ids, weights = ids[keep], weights[keep].astype(np.float32)
     order = np.lexsort((-weights, ids))  # by id, the heaviest of each id first
     ids, weights = ids[order], weights[order]
@@ -119,11 +117,6 @@ def _pairs(weights: Lexical, top_k: int | None) -> list[tuple[int, float]]:
     return [(int(weights[0][i]), float(weights[1][i])) for i in order]
 
 
-def _dense(model: ModelContext, row: np.ndarray) -> np.ndarray:
-    row = row.astype(np.float32, copy=False)
-    return l2_normalize(row[None])[0] if model.manifest.normalize else row
-
-
 def _outputs(outputs: Sequence[str]) -> tuple[str, ...]:
     if isinstance(outputs, str) or not outputs or any(kind not in HYBRID_OUTPUTS for kind in outputs):
         raise InvalidRequest(f"outputs must be a non-empty list of {', '.join(HYBRID_OUTPUTS)}; got {outputs!r}")
@@ -134,7 +127,7 @@ def score_weights(model: ModelContext, weights: Mapping[str, float] | None) -> d
     """The weights of the dense, sparse and colbert scores: the request's, where it gives them (a representation it
     leaves out weighs 0, and is not computed), else the model's."""
     if weights is None:
-        return dict(rules_of(model).weights)
+        return dict(hybrid_rules(model).weights)
     if not isinstance(weights, Mapping) or any(kind not in HYBRID_OUTPUTS for kind in weights):
         raise InvalidRequest(f"hybrid_weights maps {', '.join(HYBRID_OUTPUTS)} to weights; got {weights!r}")
     for kind, weight in weights.items():
@@ -155,26 +148,21 @@ def plan_hybrid_scores(model: ModelContext, firsts: list[str], seconds: list[str
     wanted = [kind for kind in HYBRID_OUTPUTS if weighted[kind] > 0]
     unique = list(dict.fromkeys(firsts + seconds))
     position = {text: i for i, text in enumerate(unique)}
-    left, right = np.array([position[t] for t in firsts], int), np.array([position[t] for t in seconds], int)
+    left, right = [position[t] for t in firsts], [position[t] for t in seconds]
     rows = hybrid_rows(model, unique, truncate)
     names = graph_outputs(model, wanted)
-    pairs_of: dict[int, list[int]] = {}
-    for i, first in enumerate(left.tolist()):
-        pairs_of.setdefault(first, []).append(i)
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
         total = np.zeros(len(firsts), np.float64)
         if "dense" in wanted:
-            dense = l2_normalize(np.stack([output[names[0]] for output in outputs]).astype(np.float32))
-            total += weighted["dense"] * np.einsum("ij,ij->i", dense[left], dense[right])
+            dense = np.stack([output[names[0]] for output in outputs]).astype(np.float32)
+            total += weighted["dense"] * cosine_pairs(dense[left], dense[right])
         if "sparse" in wanted:
             weights_of = [lexical(model, row, output[LEXICAL_WEIGHTS]) for row, output in zip(rows, outputs)]
-            total += weighted["sparse"] * np.array([lexical_score(weights_of[a], weights_of[b])
-                                                    for a, b in zip(left.tolist(), right.tolist())])
+            total += weighted["sparse"] * np.array([lexical_score(weights_of[a], weights_of[b]) for a, b in zip(left, right)])
         if "colbert" in wanted:
             vectors = [scored(model, row, output[MULTI_VECTORS], "document") for row, output in zip(rows, outputs)]
-            for query, pairs in pairs_of.items():
-                total[pairs] += weighted["colbert"] * maxsim(vectors[query], [vectors[right[i]] for i in pairs], mean=True)
+            total += weighted["colbert"] * pair_maxsim(vectors, left, right, mean=True)
         return (total / sum(weighted.values())).tolist()
 
     return Plan(rows, scores, outputs=names)

@@ -15,8 +15,9 @@ from typing import Literal
 
 import numpy as np
 
-from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
+from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import MULTI_VECTORS, MultiVector
+from encoderrt.runtime.postprocess import l2_normalize
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tokenizer import Tokens
@@ -46,10 +47,7 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
     def plan(self, model: ModelContext) -> Plan[list[np.ndarray]]:
         model.require("embed_multi_vector", "multi_vector", "hybrid")
         rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
-        total = sum(len(row.ids) for row in rows)
-        if total > model.max_token_embeddings:
-            raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
-                                 f"{model.max_token_embeddings} token vectors: send fewer or shorter texts")
+        model.limit_token_vectors(rows, "token vectors")
         return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side)
                                            for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,))
 
@@ -98,9 +96,19 @@ def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str) -> 
         vectors, ids = vectors[1:], ids[1:]
     if side in rules.skip_sides and rules.skip_ids:
         vectors = vectors[~np.isin(np.asarray(ids), rules.skip_ids)]
-    if rules.normalize:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-    return vectors
+    return l2_normalize(vectors) if rules.normalize else vectors
+
+
+def pair_maxsim(vectors: Sequence[np.ndarray], left: Sequence[int], right: Sequence[int], mean: bool) -> np.ndarray:
+    """MaxSim of each (vectors[left[i]], vectors[right[i]]) pair: the pairs grouped by query in one pass, each query
+    against all its documents in one product."""
+    pairs_of: dict[int, list[int]] = {}
+    for i, query in enumerate(left):
+        pairs_of.setdefault(query, []).append(i)
+    result = np.zeros(len(left), np.float64)
+    for query, pairs in pairs_of.items():
+        result[pairs] = maxsim(vectors[query], [vectors[right[i]] for i in pairs], mean)
+    return result
 
 
 def maxsim(query: np.ndarray, documents: Sequence[np.ndarray], mean: bool = False) -> np.ndarray:

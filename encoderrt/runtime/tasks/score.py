@@ -14,7 +14,7 @@ from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
-from encoderrt.runtime.tasks.multi_vector import maxsim, rules_of, scored, side_rows
+from encoderrt.runtime.tasks.multi_vector import pair_maxsim, rules_of, scored, side_rows
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 
@@ -92,20 +92,15 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     queries, documents = list(dict.fromkeys(firsts)), list(dict.fromkeys(seconds))
     rows = (side_rows(model, queries, "query", truncate, prompt_name, prompt)
             + side_rows(model, documents, "document", truncate, None, None))
-    query_index, document_index = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(documents)}
-    pairs_of: list[list[int]] = [[] for _ in queries]  # each query's pairs, in one pass over them
-    for i, first in enumerate(firsts):
-        pairs_of[query_index[first]].append(i)
+    query_index = {t: i for i, t in enumerate(queries)}
+    document_index = {t: len(queries) + i for i, t in enumerate(documents)}  # documents' rows follow the queries'
+    left, right = [query_index[t] for t in firsts], [document_index[t] for t in seconds]
     mean = rules_of(model).similarity == "meanmaxsim"
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
         vectors = [scored(model, row, output[MULTI_VECTORS], "query" if i < len(queries) else "document")
                    for i, (row, output) in enumerate(zip(rows, outputs))]
-        result = np.zeros(len(firsts), np.float64)
-        for q, pairs in enumerate(pairs_of):
-            docs = [vectors[len(queries) + document_index[seconds[i]]] for i in pairs]
-            result[pairs] = maxsim(vectors[q], docs, mean)
-        return result.tolist()
+        return pair_maxsim(vectors, left, right, mean).tolist()
 
     return Plan(rows, scores, outputs=(MULTI_VECTORS,))
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 import numpy as np
 
-from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
+from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import TOKEN_EMBEDDINGS
 from encoderrt.runtime.requests import TextOrTexts, Truncation
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
@@ -38,10 +38,6 @@ class TokenEmbedRequest(Request[list[np.ndarray]]):
         prefix = model.prompt(self.prompt_name, self.prompt)
         rows = model.with_adapter(model.prompted_rows(self.texts, prefix, tokenizer, cut, self.truncation_side),
                                   self.prompt_name)
-        total = sum(len(row.ids) for row in rows)
-        if total > model.max_token_embeddings:
-            raise ResultTooLarge(f"these inputs have {total} tokens; one request returns at most "
-                                 f"{model.max_token_embeddings} token embeddings ({model.manifest.shape.hidden_size} "
-                                 "floats each): send fewer or shorter texts")
+        model.limit_token_vectors(rows, f"token embeddings ({model.manifest.shape.hidden_size} floats each)")
         return Plan(rows, lambda outputs: [output[TOKEN_EMBEDDINGS].astype(np.float32, copy=False) for output in outputs],
                     outputs=(TOKEN_EMBEDDINGS,))
