@@ -16,10 +16,66 @@ from controlled_backend import controlled  # noqa: E402,F401 - shared fixture
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """`-n auto` (pyproject.toml): one worker per core this process may use, up to four. The tests spend about a
-    third of their time off the CPU (servers, subprocesses starting, Ray), which a second worker fills; past four,
-    workers only fight over the cores every compile's thread pools already use."""
+    """`-n auto` (pyproject.toml): one worker per core this process may use, up to four; each worker then has cores
+    of its own (pytest_configure)."""
     return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+ALL_CORES = pytest.StashKey[set[int]]()
+"""The cores the whole run may use, where pytest_configure gave this worker a share of them."""
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker runs on its share of the cores: onnxruntime, OpenVINO and PyTorch size their thread
+    pools by the cores a process may use, and two workers whose pools each took every core spun against each other
+    (on 2 cores, a quarter of the CPU time went to threads waiting for a core). Tests of what several cores change
+    (streams, lone batches on every core) are marked `every_core` and get them all back while they run; processes
+    they start get them too, but a library that counted the cores at its first use in this worker keeps its count
+    (OpenVINO: tests/runtime/test_openvino_backend.py starts a fresh process)."""
+    config.addinivalue_line("markers", "every_core: runs on every core the run may use, not on its worker's share")
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker is None or count < 2 or len(cores) < count:
+        return
+    config.stash[ALL_CORES] = set(cores)
+    os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
+    if "torch" in sys.modules:  # sized its pool when imported; later imports size theirs by the new affinity
+        sys.modules["torch"].set_num_threads(len(os.sched_getaffinity(0)))
+
+
+@pytest.fixture(autouse=True)
+def _every_core(request):
+    """Every core for the length of an `every_core` test (pytest_configure)."""
+    if request.node.get_closest_marker("every_core") is None or ALL_CORES not in request.config.stash:
+        yield
+        return
+    share = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, request.config.stash[ALL_CORES])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, share)
+
+
+SLOWEST_FILES = ("tests/server/test_serve_command.py", "tests/compile/test_compile_families.py",
+                 "tests/compile/test_long_context.py", "tests/bench/test_bench.py",
+                 "tests/compile/test_openvino_target.py", "tests/deploy/test_ray.py",
+                 "tests/compile/test_multi_vector.py", "tests/compile/test_decoders.py",
+                 "tests/deploy/test_serve_ray_command.py",
+                 "tests/gpu/test_tensorrt_backend.py", "tests/compile/test_sentence_transformers_folders.py",
+                 "tests/server/test_schemathesis.py", "tests/compile/test_compile_minilm.py",
+                 "tests/compile/test_compile_errors.py")
+"""The files that take longest (`--durations` in every CI log), longest first. pytest-xdist hands out whole files
+(`--dist loadfile`) in collection order (`--no-loadscope-reorder`); these go first so that the short files fill in
+behind them and both workers end together (last in line, the 8k tests kept one worker busy a minute after the
+other had finished)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    if missing := [path for path in SLOWEST_FILES if not (config.rootpath / path).is_file()]:
+        raise pytest.UsageError(f"tests/conftest.py's SLOWEST_FILES names files that are not there: {missing}")
+    first = {path: rank for rank, path in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
