@@ -35,10 +35,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "every_core: runs on every core the run may use, not on its worker's share")
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     cores = sorted(os.sched_getaffinity(0))
-    if worker is None or count < 2 or len(cores) < count:
+    if worker is None or count < 2:
         return
     config.stash[ALL_CORES] = set(cores)
-    os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % count::count])
+    index = int(worker.removeprefix("gw"))
+    os.sched_setaffinity(0, cores[index::count] if count <= len(cores) else [cores[index % len(cores)]])
     if "torch" in sys.modules:  # sized its pool when imported; later imports size theirs by the new affinity
         sys.modules["torch"].set_num_threads(len(os.sched_getaffinity(0)))
 
