@@ -482,7 +482,9 @@ def pylate_folder(folder: Path, seed: int = 8, dim: int = 24, query_length: int 
     hidden = model.config.hidden_size
     torch.manual_seed(seed)
     (folder / "1_Dense").mkdir()
-    save_file({"linear.weight": torch.randn(dim, hidden) / hidden ** 0.5}, folder / "1_Dense" / "model.safetensors")
+    weights = {name: torch.randn(dim, hidden) / hidden ** 0.5
+               for name in ("linear.weight", "residual.weight")[: 2 if use_residual else 1]}
+    save_file(weights, folder / "1_Dense" / "model.safetensors")
     files = {
         "1_Dense/config.json": {"in_features": hidden, "out_features": dim, "bias": False,
                                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": use_residual},
@@ -497,9 +499,6 @@ def pylate_folder(folder: Path, seed: int = 8, dim: int = 24, query_length: int 
             "document_length": document_length, "attend_to_expansion_tokens": attend,
             "skiplist_words": list(string.punctuation), "do_query_expansion": True},
     }
-    if use_residual:
-        save_file({"linear.weight": torch.randn(dim, hidden) / hidden ** 0.5,
-                   "residual.weight": torch.randn(dim, hidden) / hidden ** 0.5}, folder / "1_Dense" / "model.safetensors")
     for name, content in files.items():
         (folder / name).write_text(json.dumps(content, indent=2))
     return folder

@@ -176,12 +176,8 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
         logits = model.predict(list(zip(*pairs)), batch_size=8, activation_fn=torch.nn.Identity(), convert_to_numpy=True,
                                show_progress_bar=False, **unprompted)
         return np.asarray(logits, dtype=np.float32).reshape(len(pairs[0]), -1), "sentence-transformers CrossEncoder.predict"
-    return _transformers_reference(source, texts), "transformers"
-
-
-def _transformers_reference(source: SourceModel, texts: list[str]) -> np.ndarray:
-    """The PyTorch module's outputs; a multi-vector model's are every real token's vector, the probes' end to end."""
-    return _torch_outputs(source, texts)[source.output_name]
+    # the PyTorch module's graph output; a multi-vector model's is every real token's vector, the probes' end to end
+    return _torch_outputs(source, texts)[source.output_name], "transformers"
 
 
 HYBRID_TOKEN_OUTPUTS = (LEXICAL_WEIGHTS, MULTI_VECTORS)
