@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from encoderrt.runtime.backends import Capabilities
-from encoderrt.runtime.calibration import calibrate
+from encoderrt.runtime.calibration import CANDIDATE_BUDGETS, calibrate
 from encoderrt.runtime.tokenizer import Tokens
 
 
@@ -56,8 +56,46 @@ def test_a_fixed_cost_per_run_calls_for_big_batches():
 
 
 def test_calibration_keeps_every_stream_busy_and_respects_the_latency_cap():
-    backend = CostModel(fixed=0.0, per_token=40e-6, parallel_runs=2)
-    result = calibrate(backend, pad, max_length=128, vocab_size=1000, latency_cap_ms=50)
+    # throughput still grows 20% from 1,024 to 2,048 tokens (hand count: 33.6k and 40.2k tokens/s), so the latency
+    # cap, not the knee, ends the search: 1,024 tokens take 30 ms, 2,048 take 51 ms
+    backend = CostModel(fixed=10e-3, per_token=20e-6, parallel_runs=2)
+    result = calibrate(backend, pad, max_length=128, vocab_size=1000, latency_cap_ms=40)
     assert backend.most_at_once == 2
-    assert result.max_batch_tokens <= 1024  # 1,024 tokens take 41 ms, 2,048 take 82 ms: over the cap
+    assert result.max_batch_tokens <= 1024
     assert max(budget for budget, _, _ in result.measurements) == 2048  # tried, found too slow, and not tried again
+
+
+def test_the_search_stops_at_the_knee_and_times_again_only_contenders():
+    """Flat throughput: two doublings without a 10% gain end the search. A fixed cost per run: 256 tokens drain at
+    49k tokens/s against 766k at 16,384 (hand count), so 256 is timed in the first round only."""
+    flat = calibrate(CostModel(fixed=0.0, per_token=100e-6), pad, max_length=128, vocab_size=1000, latency_cap_ms=500)
+    assert [budget for budget, _, _ in flat.measurements] == [256, 512, 1024]
+
+    runs: dict[int, int] = {}
+
+    class Counted(CostModel):
+        def run(self, batch):
+            runs[batch.padded_tokens] = runs.get(batch.padded_tokens, 0) + 1
+            return super().run(batch)
+
+    growing = calibrate(Counted(fixed=5e-3, per_token=1e-6), pad, max_length=128, vocab_size=1000, latency_cap_ms=150)
+    assert growing.max_batch_tokens == 16384
+    # 256 tokens: one round, a warm-up run and 6 of 5.3 ms to fill 30 ms (three rounds would be ~19 runs);
+    # 16,384 tokens (21.4 ms a run): a warm-up and two runs in each of three rounds
+    assert runs[256] <= 10 and runs[16384] >= 6
+
+
+def test_a_curve_still_climbing_is_followed_to_its_end():
+    """8% more throughput at every doubling: no two doublings in a row stay within 10% of the last real gain, so
+    every budget is tried; 8,192 tokens are within 10% of 16,384's throughput (1 / 1.08 = 0.93) and win."""
+
+    class Climbing(CostModel):
+        def run(self, batch):
+            doublings = np.log2(batch.padded_tokens / 256)
+            time.sleep(5e-3 * batch.padded_tokens / 256 / 1.08**doublings)  # 256 tokens in 5 ms, then 8% faster per doubling
+            return {"embeddings": np.zeros((len(batch.rows), 4), dtype=np.float32)}
+
+    result = calibrate(Climbing(fixed=0.0, per_token=0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000)
+    assert [budget for budget, _, _ in result.measurements] == list(CANDIDATE_BUDGETS)
+    assert result.max_batch_tokens == 8192
+
