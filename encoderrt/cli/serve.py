@@ -16,12 +16,17 @@ from encoderrt.server.loading import ModelSpec, model_path
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
 HELP = "serve models over HTTP (OpenAI, vLLM, Cohere/Jina, TEI APIs)"
+MODELS_ENV = settings.ENV_PREFIX + "MODELS"
+"""MODEL where a command line is awkward (a container): the flags' variables are generated (runtime/settings.py)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag but MODEL and --ray is generated from a settings declaration (runtime/settings.py)."""
+    models = os.environ.get(MODELS_ENV)
     parser.add_argument("models", nargs="*", type=Path, metavar="MODEL",
-                        help="artifact or model folders (default: the bundled all-MiniLM-L6-v2)")
+                        default=[Path(m) for m in models.split(",")] if models else [],
+                        help=f"artifact or model folders (default: the bundled all-MiniLM-L6-v2; env {MODELS_ENV}, "
+                             "comma-separated)")
     settings.add_arguments(parser.add_argument_group("server"), ServerSettings)
     settings.add_arguments(parser.add_argument_group("per model (repeat, in the order of the MODELs)"), ModelSpec)
     settings.add_arguments(parser.add_argument_group("engine (per model)"), EngineConfig)

@@ -122,13 +122,18 @@ def configuration_page() -> str:
              "file's `args:`). The argument is the flag's name with underscores; a dash marks a setting of the process "
              "itself, which under Ray belongs to Ray's proxy. Per-model settings take one value per MODEL, in order "
              "(a comma-separated list for Ray). Python users set the engine's fields with "
-             "`Engine.load(path, field=value)`.", ""]
+             "`Engine.load(path, field=value)`.", "",
+             "Each flag is also an environment variable, for containers and process managers: its name in capitals "
+             "after `ENCODERRT_` (`--max-queue-items` is `ENCODERRT_MAX_QUEUE_ITEMS`); a flag on the command line "
+             "beats the variable, a per-model variable takes comma-separated values, and `ENCODERRT_MODELS` "
+             "(comma-separated) stands for the MODEL arguments.", ""]
     for title, cls in SECTIONS:
-        lines += [f"## {title}", "", "| flag | Ray argument | default | what it does |", "|---|---|---|---|"]
+        lines += [f"## {title}", "", "| flag | environment | Ray argument | default | what it does |",
+                  "|---|---|---|---|---|"]
         for item in declared(cls):
             flags = ", ".join(f"`{flag}`" for flag in (item.flag, *item.aliases))
             argument = f"`{item.name}`" if item.in_app else "—"
             choices = f" One of {', '.join(f'`{c}`' for c in item.choices)}." if item.choices else ""
-            lines.append(f"| {flags} | {argument} | {item.shown_default()} | {item.help}.{choices} |")
+            lines.append(f"| {flags} | `{item.env}` | {argument} | {item.shown_default()} | {item.help}.{choices} |")
         lines.append("")
     return "\n".join(lines)

@@ -5,8 +5,9 @@ ConnectionLimits, deploy's RaySettings) whose fields are made with `setting(defa
 line's flags, Ray Serve's application arguments and the docs' configuration page are generated from those
 declarations, so a name, a default or a help text is written in one place and cannot drift between them.
 
-A field's flag is its name with dashes (`max_queue_items` is `--max-queue-items`); `aliases` keeps an older
-spelling working. A `per_model` setting is given once per MODEL, in order (`--default-prompt-name` twice for
+A field's flag is its name with dashes (`max_queue_items` is `--max-queue-items`), and its environment variable
+the name in capitals after ENCODERRT_ (`ENCODERRT_MAX_QUEUE_ITEMS`), which a container sets where a command line
+is awkward; a flag given beats the variable. `aliases` keeps an older spelling working. A `per_model` setting is given once per MODEL, in order (`--default-prompt-name` twice for
 two models); `in_app=False` marks what belongs to the process rather than to the app a Ray replica runs (host,
 port, connection limits: Ray's proxy holds the connections).
 """
@@ -16,12 +17,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
 _KEY = "encoderrt.setting"
+ENV_PREFIX = "ENCODERRT_"
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class Setting:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it where no flag does."""
+        return ENV_PREFIX + self.name.upper()
 
     @property
     def optional(self) -> bool:
@@ -104,20 +113,65 @@ def declared(cls: type) -> list[Setting]:
             for f in dataclasses.fields(cls) if _KEY in f.metadata]
 
 
-def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type) -> None:
-    """One flag per declared setting of `cls`; the parsed value lands under the field's own name."""
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
+                  environ: typing.Mapping[str, str] = os.environ) -> None:
+    """One flag per declared setting of `cls`; the parsed value lands under the field's own name. A setting's
+    environment variable in `environ` replaces its default (a per-model one: comma-separated, a value per MODEL)."""
     for item in declared(cls):
-        options: dict[str, Any] = {"dest": item.name, "help": f"{item.help} (default: {item.shown_default()})"}
+        options: dict[str, Any] = {"dest": item.name,
+                                   "help": f"{item.help} (default: {item.shown_default()}; env {item.env})"}
+        text = environ.get(item.env)
         if item.per_model:
-            options.update(action="append", default=[], metavar=item.metavar or "VALUE")
-            options["help"] = f"{item.help}; once per MODEL, in order"
+            options.update(action=_PerModel, default=[] if text is None else text.split(","),
+                           metavar=item.metavar or "VALUE", help=f"{item.help}; once per MODEL, in order (env {item.env}, "
+                           "comma-separated)")
         elif item.scalar is bool:
-            options.update(action=argparse.BooleanOptionalAction, default=item.default)
+            options.update(action=argparse.BooleanOptionalAction, default=item.default if text is None else _truth(item, text))
         else:
-            options.update(default=item.default, type=item.parse, metavar=item.metavar)
+            # a string default goes through `type` as a flag would, so a bad value is argparse's usage error
+            options.update(default=item.default if text is None else text, type=_Parse(item, text), metavar=item.metavar)
             if item.choices:
                 options.update(choices=item.choices, metavar=None)
         parser.add_argument(item.flag, *item.aliases, **options)
+
+
+class _Parse:
+    """A setting's value from text, with an error that names the setting's type, and its variable if it came from there."""
+
+    def __init__(self, item: Setting, env_text: str | None):
+        self.item, self.env_text = item, env_text
+        self.__name__ = getattr(item.scalar, "__name__", "value")
+
+    def __call__(self, text: str) -> Any:
+        try:
+            value = self.item.parse(text)
+        except ValueError:
+            value = ValueError
+        if value is ValueError or (self.item.choices and value not in self.item.choices):
+            origin = f" (from {self.item.env})" if text == self.env_text else ""
+            raise argparse.ArgumentTypeError(f"{text!r}{origin} is not {_kind(self.item)}")
+        return value
+
+
+def _kind(item: Setting) -> str:
+    if item.choices:
+        return "one of " + ", ".join(item.choices)
+    return {int: "an integer", float: "a number"}.get(item.scalar, "a valid value") + (" or none" if item.optional else "")
+
+
+def _truth(item: Setting, text: str) -> bool:
+    if text.lower() in TRUE + FALSE:
+        return text.lower() in TRUE
+    raise SystemExit(f"encoderrt: {item.env}={text!r} is neither true nor false ({', '.join(TRUE + FALSE)})")
+
+
+class _PerModel(argparse._AppendAction):
+    """Appends each flag's value; the first flag given replaces what the environment set, rather than adding to it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is self.default:
+            setattr(namespace, self.dest, [])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def from_arguments(cls: type, source: Any, *, in_app_only: bool = False, **fields: Any) -> Any:

@@ -91,3 +91,54 @@ def test_ray_arguments_become_each_layers_settings():
     assert [s.default_prompt_name for s in specs] == ["", "query"] and [s.served_model_name for s in specs] == [None] * 2
     with pytest.raises(ValueError, match="3 --served-model-name values for 2 models"):
         RayAppArgs.model_validate({"models": "a,b", "served_model_name": "x,y,z"}).specs()
+
+
+def _another_value(item) -> tuple[str, object]:
+    """A value unlike the default, as the environment's text and as the parsed setting."""
+    if item.per_model:
+        return "a,b", ["a", "b"]
+    if item.choices:
+        other = next(c for c in item.choices if c != item.default)
+        return other, other
+    if item.scalar is int:
+        return "7", 7
+    if item.scalar is float:
+        return "0.25", 0.25
+    return "text", "text"
+
+
+@pytest.mark.parametrize("item", SETTINGS, ids=lambda item: item.name)
+def test_each_setting_is_also_an_environment_variable_that_a_flag_beats(item, monkeypatch):
+    text, value = _another_value(item)
+    monkeypatch.setenv(item.env, text)
+    assert item.env == "ENCODERRT_" + item.name.upper()
+    parser = _serve_parser()  # the variables are read when the parser is built, as at every start of the command
+    assert getattr(parser.parse_args([]), item.name) == value
+    flag_value = "z" if item.per_model else str(item.default if item.default is not None else 3)
+    assert getattr(parser.parse_args([item.flag, flag_value]), item.name) != value  # the command line wins
+
+
+@pytest.mark.parametrize(("env", "text", "says"), [
+    ("ENCODERRT_PORT", "eighty", "argument --port: 'eighty' (from ENCODERRT_PORT) is not an integer"),
+    ("ENCODERRT_LONG_INPUTS", "split", "'split' (from ENCODERRT_LONG_INPUTS) is not one of truncate, chunk"),
+    ("ENCODERRT_MAX_BATCH_TOKENS", "many", "is not an integer or none"),
+])
+def test_a_bad_variable_is_a_usage_error_naming_it(env, text, says, monkeypatch, capsys):
+    monkeypatch.setenv(env, text)
+    with pytest.raises(SystemExit) as exit_:
+        _serve_parser().parse_args([])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_models_come_from_a_variable_where_no_model_is_given(monkeypatch):
+    monkeypatch.setenv("ENCODERRT_MODELS", "/models/a,/models/b")
+    assert _serve_parser().parse_args([]).models == [Path("/models/a"), Path("/models/b")]
+    assert _serve_parser().parse_args(["/m/c"]).models == [Path("/m/c")]
+    monkeypatch.delenv("ENCODERRT_MODELS")
+    assert _serve_parser().parse_args([]).models == []
+
+
+@pytest.mark.parametrize("item", SETTINGS, ids=lambda item: item.name)
+def test_each_variable_is_named_in_the_docs_row_of_its_flag(item):
+    (row,) = [line for line in DOCS.read_text().splitlines() if line.startswith(f"| `{item.flag}`")]
+    assert f"| `{item.env}` |" in row
