@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from encoderrt.bench import baseline as baselines
-from encoderrt.bench import ceiling, runners, workloads
+from encoderrt.bench import ceiling, plots, runners, workloads
 from encoderrt.bench.flops import flops_per_token
 from encoderrt.bench.references import Reference
 from encoderrt.bench.report import Report
@@ -65,6 +65,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     out = options.out or Path("bench-report")
     for path in report.write(out):
         console.print(f"wrote {path}")
+    if not plots.available():
+        console.print(plots.MISSING)
     print(report.markdown())
     status = 0
     if baseline is not None:

@@ -6,10 +6,18 @@ labelled with the levels that ran (1, 8, 32), and the legends sit outside the ax
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+MISSING = "no plots: matplotlib is not installed (pip install 'encoderrt[bench]')"
+
+
+def available() -> bool:
+    """matplotlib is the `bench` extra's, so that a serving install (a container) does not carry it."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _pyplot():

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from encoderrt.bench import plots
 from encoderrt.bench.ceiling import Ceiling
-from encoderrt.bench.plots import plot_latency, plot_throughput
 from encoderrt.bench.references import ReferenceResult
 from encoderrt.bench.runners import RunResult
 
@@ -172,12 +172,14 @@ class Report:
         written = [folder / "report.json", folder / "report.md", folder / "throughput.png", folder / "latency.png"]
         written[0].write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
         written[1].write_text(self.markdown(), encoding="utf-8")
+        if not plots.available():
+            return written[:2]
         curves: dict[str, list[tuple[int, float]]] = {}
         for m in self.measurements:
             curves.setdefault(f"{m.workload} ({m.mode})", []).append((m.concurrency, m.median.tokens_per_s))
         references = {f"{workload}: sentence-transformers {kind}": statistics.median(p.tokens_per_s for p in passes)
                       for workload, kinds in self.references.items() for kind, passes in kinds.items()}
-        plot_throughput(self.model["name"], dict(sorted(curves.items())), references, written[2])
-        plot_latency({f"{m.workload} {m.mode}, {m.concurrency} clients": m.median.latencies for m in self.measurements},
+        plots.plot_throughput(self.model["name"], dict(sorted(curves.items())), references, written[2])
+        plots.plot_latency({f"{m.workload} {m.mode}, {m.concurrency} clients": m.median.latencies for m in self.measurements},
                      written[3])
         return written

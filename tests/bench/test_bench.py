@@ -195,6 +195,29 @@ def test_figures_are_medians_of_per_round_ratios():
     assert report.ratios() == {"passages/engine/c8/vs_reference": 3.63, "passages/engine/c8/vs_backend": round(3000 / 3100, 4)}
 
 
+def test_without_matplotlib_the_report_is_written_without_plots(tmp_path, monkeypatch):
+    """A serving install (the container images) has no matplotlib: the report's JSON and markdown are still written,
+    and the plots are left out rather than the bench failing at its end."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, json
+sys.modules["matplotlib"] = None  # as if not installed: importing it raises ImportError
+from pathlib import Path
+from encoderrt.bench.report import Measurement, Report
+from encoderrt.bench.runners import RunResult
+report = Report(model={"name": "m", "task": "embed", "precision": "fp32", "target": "cpu", "parity": {}},
+                cpu={"model": "x", "cores": 2, "flags": []}, versions={}, ceilings=[], flops_per_token={})
+report.measurements.append(Measurement("passages", "engine", 1, [RunResult("passages", "engine", 1, 10, 1000, 1.0)]))
+print(json.dumps([p.name for p in report.write(Path(sys.argv[1]))]))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == ["report.json", "report.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md"]
+
+
 def test_reference_kinds_are_checked():
     from encoderrt.bench.references import parse_kinds
 
