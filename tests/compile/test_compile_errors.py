@@ -1,7 +1,9 @@
 """Bad input: one clear line, the right exit code, and nothing written."""
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -150,6 +152,10 @@ def test_console_script_reports_steps(tiny_models, tmp_path):
     for step in ("export", "optimise", "verify"):
         assert step in loud.stderr
     assert "task       classify" in loud.stdout and "Attention 2" in loud.stdout
+    umask = os.umask(0o022)
+    os.umask(umask)
+    # readable by others as any folder made under this umask (a root-owned copy in an image is served by a user)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
     quiet = subprocess.run(["compile-model", str(tiny_models["bert-classifier"]), "-o", str(out), "--force", "--quiet",
                             "--target", "cpu", "--precision", "fp32"],
                            capture_output=True, text=True, timeout=300)

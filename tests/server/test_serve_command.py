@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -174,6 +175,21 @@ def _serve_refusal(*args, timeout=60):
 def test_serve_refuses_a_missing_folder(tmp_path, extra):
     code, stderr = _serve_refusal(str(tmp_path / "nope"), *extra)
     assert code == 2 and "model folder not found" in stderr and "Traceback" not in stderr
+
+
+def test_an_artifact_this_user_cannot_read_is_one_line(tmp_path, monkeypatch):
+    """Another user's artifact (a root-owned copy in an image served by a non-root user): a ValueError naming the
+    file, as serve reports every refusal, not a traceback. Faked: the tests run as root, which reads anything."""
+    from encoderrt.server.loading import ModelSpec, plan_models
+
+    (tmp_path / "manifest.json").write_text("{}")
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "is_file", refused)
+    with pytest.raises(ValueError, match=r"cannot read .*manifest.json: permission denied for this user \(uid \d+\)"):
+        plan_models([ModelSpec(tmp_path)])
 
 
 def test_serve_refuses_a_folder_that_is_no_model(tmp_path):
