@@ -5,7 +5,7 @@
 #   docker build --target ray -t encoderrt:ray .             # KubeRay's pods (deploy/kuberay-rayservice.yaml)
 #   docker run -p 8000:8000 encoderrt:cpu                    # the bundled all-MiniLM-L6-v2, compiled at build
 #
-# Both run `encoderrt serve` under tini as a non-root user; every flag is also an ENCODERRT_* variable
+# Each runs `encoderrt serve` under tini as a non-root user; every flag is also an ENCODERRT_* variable
 # (docs/configuration.md); MODEL arguments or ENCODERRT_MODELS name folders under /models; compiles are
 # cached in /cache (mount a volume there so a restart does not compile again).
 
