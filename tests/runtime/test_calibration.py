@@ -65,37 +65,43 @@ def test_calibration_keeps_every_stream_busy_and_respects_the_latency_cap():
     assert max(budget for budget, _, _ in result.measurements) == 2048  # tried, found too slow, and not tried again
 
 
-def test_the_search_stops_at_the_knee_and_times_again_only_contenders():
+def _modelled(monkeypatch, seconds_for):
+    """Each pass takes `seconds_for(padded tokens)` by the calibration's own clock, exactly: the search's rules are
+    tested without the sleep overshoot of a busy machine (which once read a flat curve as a 10% gain). Returns
+    the count of passes by padded tokens."""
+    from encoderrt.runtime import calibration
+
+    passes: dict[int, int] = {}
+
+    def pass_seconds(backend, batches):
+        tokens = batches[0].padded_tokens
+        passes[tokens] = passes.get(tokens, 0) + 1
+        return seconds_for(tokens)
+
+    monkeypatch.setattr(calibration, "pass_seconds", pass_seconds)
+    return passes
+
+
+def test_the_search_stops_at_the_knee_and_times_again_only_contenders(monkeypatch):
     """Flat throughput: two doublings without a 10% gain end the search. A fixed cost per run: 256 tokens drain at
     49k tokens/s against 766k at 16,384 (hand count), so 256 is timed in the first round only."""
-    flat = calibrate(CostModel(fixed=0.0, per_token=100e-6), pad, max_length=128, vocab_size=1000, latency_cap_ms=500)
+    _modelled(monkeypatch, lambda tokens: 100e-6 * tokens)
+    flat = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=500)
     assert [budget for budget, _, _ in flat.measurements] == [256, 512, 1024]
 
-    runs: dict[int, int] = {}
-
-    class Counted(CostModel):
-        def run(self, batch):
-            runs[batch.padded_tokens] = runs.get(batch.padded_tokens, 0) + 1
-            return super().run(batch)
-
-    growing = calibrate(Counted(fixed=5e-3, per_token=1e-6), pad, max_length=128, vocab_size=1000, latency_cap_ms=150)
+    passes = _modelled(monkeypatch, lambda tokens: 5e-3 + 1e-6 * tokens)
+    growing = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=150)
     assert growing.max_batch_tokens == 16384
-    # 256 tokens: one round, a warm-up run and 6 of 5.3 ms to fill 30 ms (three rounds would be ~19 runs);
-    # 16,384 tokens (21.4 ms a run): a warm-up and two runs in each of three rounds
-    assert runs[256] <= 10 and runs[16384] >= 6
+    # 256 tokens: one round, a warm-up pass and 6 of 5.3 ms to fill 30 ms (three rounds would be 19 passes);
+    # 16,384 tokens (21.4 ms a pass): a warm-up and two passes in each of three rounds
+    assert (passes[256], passes[16384]) == (7, 7)
 
 
-def test_a_curve_still_climbing_is_followed_to_its_end():
+def test_a_curve_still_climbing_is_followed_to_its_end(monkeypatch):
     """8% more throughput at every doubling: no two doublings in a row stay within 10% of the last real gain, so
     every budget is tried; 8,192 tokens are within 10% of 16,384's throughput (1 / 1.08 = 0.93) and win."""
-
-    class Climbing(CostModel):
-        def run(self, batch):
-            doublings = np.log2(batch.padded_tokens / 256)
-            time.sleep(5e-3 * batch.padded_tokens / 256 / 1.08**doublings)  # 256 tokens in 5 ms, then 8% faster per doubling
-            return {"embeddings": np.zeros((len(batch.rows), 4), dtype=np.float32)}
-
-    result = calibrate(Climbing(fixed=0.0, per_token=0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000)
+    # 256 tokens in 5 ms, then 8% faster per doubling
+    _modelled(monkeypatch, lambda tokens: 5e-3 * tokens / 256 / 1.08 ** np.log2(tokens / 256))
+    result = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000)
     assert [budget for budget, _, _ in result.measurements] == list(CANDIDATE_BUDGETS)
     assert result.max_batch_tokens == 8192
-
