@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ DEBIAN_SLIM_MB = 74.8
 reported both as built and as they would be on the real base."""
 
 sys.path.insert(0, str(REPO / "tests"))
+from server_helpers import free_port  # noqa: E402 - tests/ holds the shared helpers
 
 
 def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -55,13 +55,13 @@ def images() -> dict[str, str]:
         _run([str(REPO / "docker" / "test-base.sh"), BASE], timeout=900)
     wheel = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))  # this machine's torch, as a local wheel
     extra = ["-v", "/opt/wheels:/wheels:ro", "--build-arg", f"TORCH=/wheels/{wheel[-1].name}"] if wheel else []
-    tags = {}
+    tags, base = {}, _size_mb(BASE)
     for target in ("cpu-serve", "cpu", "ray"):
         tag = f"localhost/encoderrt:{target}-test"
         start = time.monotonic()
         _run(["podman", "build", "--isolation", "chroot", "--format", "docker", "--target", target, "--tag", tag,
               "--build-arg", f"BASE={BASE}", *extra, str(REPO)], timeout=3000)
-        size, base = _size_mb(tag), _size_mb(BASE)
+        size = _size_mb(tag)
         print(f"\n{target}: built in {time.monotonic() - start:.0f} s; {size:.0f} MB on the stand-in base, "
               f"{size - base + DEBIAN_SLIM_MB:.0f} MB on debian:bookworm-slim")
         tags[target] = tag
@@ -119,12 +119,6 @@ def _init_pid(process: subprocess.Popen) -> int:
     raise AssertionError("the container's init never started")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _wait_healthy(process: subprocess.Popen, url: str, timeout: float) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -149,7 +143,7 @@ def _stop(process: subprocess.Popen) -> int:
 
 
 @pytest.fixture
-def container(request, images):
+def container(images):
     made: list[Container] = []
 
     def make(target: str) -> Container:
@@ -171,7 +165,7 @@ def test_cpu_serve_answers_with_no_argument_as_sentence_transformers_as_non_root
     image = container("cpu-serve")
     assert image.user == "encoderrt" and image.uid() != 0
     assert not list(image.root.glob("opt/encoderrt/lib/python3*/site-packages/torch"))  # torch-free
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     start = time.monotonic()
     process = image.start(env={"ENCODERRT_PORT": str(port)})  # the image's CMD: `serve`, no model named
@@ -222,7 +216,7 @@ def test_cpu_compiles_a_model_folder_once_into_the_cache_volume(container, tmp_p
     volumes = {folder: "/models/tiny", cache: "/cache"}
     logs, starts = [], []
     for _ in range(2):
-        port = _free_port()
+        port = free_port()
         process = image.start(["serve", "/models/tiny", "--served-model-name", "tiny"],
                               env={"ENCODERRT_PORT": str(port)}, volumes=volumes)
         try:
@@ -244,7 +238,8 @@ def test_the_ray_image_has_ray_at_the_rayservices_version_and_no_torch(container
 
     image = container("ray")
     service = yaml.safe_load((REPO / "deploy" / "kuberay-rayservice.yaml").read_text())
-    check = "import ray, encoderrt.deploy.ray, importlib.util; print(ray.__version__, importlib.util.find_spec('torch'))"
+    check = ("import ray, encoderrt.deploy.ray, importlib.util; "
+             "print(ray.__version__, importlib.util.find_spec('torch'))")
     done = subprocess.run(image.command(["python3", "-c", check]), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [service["spec"]["rayClusterConfig"]["rayVersion"], "None"]

@@ -7,9 +7,10 @@ declarations, so a name, a default or a help text is written in one place and ca
 
 A field's flag is its name with dashes (`max_queue_items` is `--max-queue-items`), and its environment variable
 the name in capitals after ENCODERRT_ (`ENCODERRT_MAX_QUEUE_ITEMS`), which a container sets where a command line
-is awkward; a flag given beats the variable. `aliases` keeps an older spelling working. A `per_model` setting is given once per MODEL, in order (`--default-prompt-name` twice for
-two models); `in_app=False` marks what belongs to the process rather than to the app a Ray replica runs (host,
-port, connection limits: Ray's proxy holds the connections).
+is awkward; a flag given beats the variable. `aliases` keeps an older spelling working. A `per_model` setting is
+given once per MODEL, in order (`--default-prompt-name` twice for two models); `in_app=False` marks what belongs
+to the process rather than to the app a Ray replica runs (host, port, connection limits: Ray's proxy holds the
+connections).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 _KEY = "encoderrt.setting"
 ENV_PREFIX = "ENCODERRT_"
-TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -123,20 +124,22 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
         text = environ.get(item.env)
         if item.per_model:
             options.update(action=_PerModel, default=[] if text is None else text.split(","),
-                           metavar=item.metavar or "VALUE", help=f"{item.help}; once per MODEL, in order (env {item.env}, "
-                           "comma-separated)")
+                           metavar=item.metavar or "VALUE",
+                           help=f"{item.help}; once per MODEL, in order (env {item.env}, comma-separated)")
         elif item.scalar is bool:
-            options.update(action=argparse.BooleanOptionalAction, default=item.default if text is None else _truth(item, text))
+            options.update(action=argparse.BooleanOptionalAction,
+                           default=item.default if text is None else _truth(item, text))
         else:
             # a string default goes through `type` as a flag would, so a bad value is argparse's usage error
-            options.update(default=item.default if text is None else text, type=_Parse(item, text), metavar=item.metavar)
+            options.update(default=item.default if text is None else text, type=_Parse(item, text),
+                           metavar=item.metavar)
             if item.choices:
                 options.update(choices=item.choices, metavar=None)
         parser.add_argument(item.flag, *item.aliases, **options)
 
 
 class _Parse:
-    """A setting's value from text, with an error that names the setting's type, and its variable if it came from there."""
+    """A setting's value from text; the error names the setting's type, and its variable if it came from there."""
 
     def __init__(self, item: Setting, env_text: str | None):
         self.item, self.env_text = item, env_text
@@ -156,13 +159,14 @@ class _Parse:
 def _kind(item: Setting) -> str:
     if item.choices:
         return "one of " + ", ".join(item.choices)
-    return {int: "an integer", float: "a number"}.get(item.scalar, "a valid value") + (" or none" if item.optional else "")
+    kind = {int: "an integer", float: "a number"}.get(item.scalar, "a valid value")
+    return kind + (" or none" if item.optional else "")
 
 
 def _truth(item: Setting, text: str) -> bool:
-    if text.lower() in TRUE + FALSE:
-        return text.lower() in TRUE
-    raise SystemExit(f"encoderrt: {item.env}={text!r} is neither true nor false ({', '.join(TRUE + FALSE)})")
+    if text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    raise SystemExit(f"encoderrt: {item.env}={text!r} is neither true nor false ({', '.join(_TRUE + _FALSE)})")
 
 
 class _PerModel(argparse._AppendAction):
