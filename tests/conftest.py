@@ -63,8 +63,8 @@ SLOWEST_FILES = ("tests/server/test_serve_command.py", "tests/compile/test_compi
                  "tests/compile/test_openvino_target.py", "tests/deploy/test_ray.py",
                  "tests/compile/test_multi_vector.py", "tests/compile/test_decoders.py",
                  "tests/deploy/test_serve_ray_command.py", "tests/gpu/test_tensorrt_backend.py",
-                 "tests/compile/test_sentence_transformers_folders.py",
-                 "tests/server/test_schemathesis.py", "tests/compile/test_compile_minilm.py",
+                 "tests/compile/test_sentence_transformers_folders.py", "tests/jobs/test_embed_job.py",
+                 "tests/jobs/test_ray_and_score_jobs.py", "tests/server/test_schemathesis.py", "tests/compile/test_compile_minilm.py",
                  "tests/compile/test_compile_errors.py")
 """The files that take longest (`--durations` in every CI log), longest first. pytest-xdist hands out whole files
 (`--dist loadfile`) in collection order (`--no-loadscope-reorder`); these go first so that the short files fill in

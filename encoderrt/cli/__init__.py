@@ -1,4 +1,4 @@
-"""Command line: `encoderrt compile|serve|bench|cache` and the `compile-model` shortcut; one module per command,
+"""Command line: `encoderrt compile|serve|embed|score|bench|cache` and the `compile-model` shortcut; one module per command,
 each with HELP, add_arguments(parser) and run(args) -> exit code."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from encoderrt.cli import bench, cache, compile, serve
+from encoderrt.cli import bench, cache, compile, embed, score, serve
 
-COMMANDS = {"compile": compile, "serve": serve, "bench": bench, "cache": cache}
+COMMANDS = {"compile": compile, "serve": serve, "embed": embed, "score": score, "bench": bench,
+            "cache": cache}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,6 +107,7 @@ class Engine:
     def __init__(self, manifest: Manifest, artifact_dir: Path, config: EngineConfig):
         """Use `Engine.load`."""
         self.manifest = manifest
+        self.artifact_dir = artifact_dir
         self.stats = EngineStats()
         self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
         threads = BackendOptions(config.intra_op_threads).resolved_threads()
@@ -226,7 +227,8 @@ class Engine:
             outputs = np.empty((0, self.manifest.shape.output_dim), np.float32)
         timings = Timings(tokenize_seconds, completed.queue_seconds, completed.inference_seconds)
         self.stats.add(requests=1, tokenize_seconds=timings.tokenize, queue_seconds=timings.queue, inference_seconds=timings.inference)
-        return Completion(planned.finish(outputs), sum(len(r.ids) for r in planned.rows), timings)
+        row_tokens = tuple(len(r.ids) for r in planned.rows)
+        return Completion(planned.finish(outputs), sum(row_tokens), timings, row_tokens)
 
     # -- lifecycle ------------------------------------------------------------------------------
 

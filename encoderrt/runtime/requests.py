@@ -31,6 +31,9 @@ class Completion:
     value: Any
     prompt_tokens: int
     timings: Timings = field(default_factory=Timings)
+    row_tokens: tuple[int, ...] = ()
+    """Tokens of each row the request ran, in the plan's order: one per text where texts map to rows one to one
+    (a bulk job's per-row counts); chunked, paired or deduplicated requests run other rows."""
 
 
 def as_texts(texts: str | Sequence[str], field_name: str) -> list[str]:

@@ -115,10 +115,13 @@ def declared(cls: type) -> list[Setting]:
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
-                  environ: typing.Mapping[str, str] = os.environ) -> None:
-    """One flag per declared setting of `cls`; the parsed value lands under the field's own name. A setting's
-    environment variable in `environ` replaces its default (a per-model one: comma-separated, a value per MODEL)."""
+                  environ: typing.Mapping[str, str] = os.environ, only: typing.Collection[str] | None = None) -> None:
+    """One flag per declared setting of `cls` (of those named in `only`, if given); the parsed value lands under the
+    field's own name. A setting's environment variable in `environ` replaces its default (a per-model one:
+    comma-separated, a value per MODEL)."""
     for item in declared(cls):
+        if only is not None and item.name not in only:
+            continue
         options: dict[str, Any] = {"dest": item.name,
                                    "help": f"{item.help} (default: {item.shown_default()}; env {item.env})"}
         text = environ.get(item.env)
@@ -180,9 +183,10 @@ class _PerModel(argparse._AppendAction):
 
 def from_arguments(cls: type, source: Any, *, in_app_only: bool = False, **fields: Any) -> Any:
     """`cls` built from the attributes of the same names on `source` (parsed flags, or Ray's application arguments,
-    which hold only the app settings: `in_app_only`), plus `fields`; per-model settings stay at their defaults."""
+    which hold only the app settings: `in_app_only`), plus `fields`; per-model settings, and settings `source` has
+    no flag for, stay at their defaults."""
     values = {item.name: getattr(source, item.name) for item in declared(cls)
-              if not item.per_model and (item.in_app or not in_app_only)}
+              if not item.per_model and (item.in_app or not in_app_only) and hasattr(source, item.name)}
     return cls(**values, **fields)
 
 

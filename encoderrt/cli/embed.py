@@ -1,0 +1,109 @@
+"""`encoderrt embed`: a corpus in files -> vectors in Parquet (or .npy) shards, resumable; `--ray` on Ray Data.
+
+`encoderrt score` (cli/score.py) is the same job over query/document pairs; both take their flags from the
+declarations of JobSettings, the output kinds (jobs/outputs.py) and EngineConfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from encoderrt.cli import common
+from encoderrt.runtime import settings
+from encoderrt.runtime.config import EngineConfig
+
+HELP = "embed a corpus from JSONL, CSV, Parquet or text files into Parquet shards (resumable; --ray for Ray Data)"
+ENGINE_SETTINGS = ("max_batch_tokens", "sessions", "intra_op_threads")
+"""The engine's settings that mean something to a job (its queue limits are the job's own)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from encoderrt.jobs.outputs import Embeddings, SparseWeights
+
+    add_job_arguments(parser, ("text_field",))
+    what = parser.add_argument_group("what to compute (default: dense embeddings)")
+    kinds = what.add_mutually_exclusive_group()
+    kinds.add_argument("--sparse", action="store_true", help="sparse (SPLADE, bge-m3 lexical) weights")
+    kinds.add_argument("--multi-vector", action="store_true", help="token vectors (ColBERT, bge-m3)")
+    settings.add_arguments(what, Embeddings)
+    settings.add_arguments(what, SparseWeights)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, ...]) -> None:
+    """The flags every job command takes; `value_fields`: the settings naming its input's value fields."""
+    from encoderrt.jobs.job import JobSettings
+
+    pair_or_text = {"text_field", "query_field", "document_field"}
+
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="files, folders (their .jsonl/.json/.csv/.tsv/.parquet/.txt files) or globs, in order")
+    parser.add_argument("-o", "--output", required=True, type=Path,
+                        help="the output folder: shards and job.json; rerun the same command to resume")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="an artifact or model folder (default: the bundled all-MiniLM-L6-v2)")
+    settings.add_arguments(parser.add_argument_group("input and output"), JobSettings,
+                           only=[item.name for item in settings.declared(JobSettings)
+                                 if item.name not in pair_or_text or item.name in value_fields])
+    settings.add_arguments(parser.add_argument_group("engine"), EngineConfig, only=ENGINE_SETTINGS)
+    ray = parser.add_argument_group("on a Ray cluster (pip install 'encoderrt[ray]')")
+    ray.add_argument("--ray", action="store_true",
+                     help="run on Ray Data: the cluster at --ray-address or RAY_ADDRESS, else a local one")
+    ray.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                     help="the cluster to join (default: RAY_ADDRESS)")
+    ray.add_argument("--ray-actors", type=int, default=None, metavar="N",
+                     help="engines (Ray actors) at once, each on --ray-cpus-per-actor CPUs (default: the cluster's "
+                          "CPUs / that)")
+    ray.add_argument("--ray-cpus-per-actor", type=int, default=1, metavar="N", help="CPUs each engine runs on")
+
+
+def run(args: argparse.Namespace) -> int:
+    from encoderrt.jobs.outputs import Embeddings, SparseWeights, TokenVectors
+
+    kind_class = SparseWeights if args.sparse else TokenVectors if args.multi_vector else Embeddings
+    if kind_class is not Embeddings and (args.dimensions is not None or args.precision != "float32"):
+        return _refuse("--dimensions and --precision apply to dense embeddings")
+    return run_job_command(args, settings.from_arguments(kind_class, args))
+
+
+def run_job_command(args: argparse.Namespace, kind) -> int:
+    """The job the parsed flags describe, with `kind` as its output; exit 0, 1 (the job stopped: a bad row under
+    --on-error fail, or a refused shard) or 2 (bad arguments)."""
+    from encoderrt.jobs import JobFailed, JobSettings
+    from encoderrt.jobs.job import load_engine, run_job
+    from encoderrt.jobs.progress import Progress
+
+    console = common.console()
+    try:
+        job = settings.from_arguments(JobSettings, args)
+        config = settings.from_arguments(EngineConfig, args)
+        progress = Progress(console)
+        if args.ray or args.ray_address:
+            from encoderrt.jobs.on_ray import run_on_ray
+            from encoderrt.jobs.placement import RayPlacement
+
+            address = args.ray_address or os.environ.get("RAY_ADDRESS")
+            placement = RayPlacement(args.ray_actors, args.ray_cpus_per_actor, address)
+            common.offline_and_quiet()
+            run_on_ray(args.inputs, args.output, kind, args.model, job, config, placement, progress)
+            return 0
+        common.offline_and_quiet()
+        engine, artifact = load_engine(args.model, job, config)
+        with engine:
+            run_job(args.inputs, args.output, kind, engine, artifact, job, progress)
+        return 0
+    except JobFailed as exc:
+        common.error(console, str(exc))
+        return 1
+    except ValueError as exc:
+        common.error(console, str(exc))
+        return 2
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]: finished shards are kept; rerun the same command to resume")
+        return 130
+
+
+def _refuse(message: str) -> int:
+    common.error(common.console(), message)
+    return 2

@@ -1,0 +1,203 @@
+"""The same job on Ray Data: shards read by Ray tasks, embedded by an actor pool of engines, written by the driver
+into the same output folder as the local job.
+
+The driver compiles the model once (or takes the artifact folder given) and plans the shards in one pass over the
+inputs (positions, not rows, so memory stays flat); Ray reads each pending shard from its position, an actor pool
+of engines (each loading the artifact from the shared path and checking its manifest hash) runs the rows, and the
+driver gathers each shard's rows by row number and writes it whole. A task Ray retries may deliver a row twice:
+rows are keyed by their number, so the output never holds a duplicate, and a shard is written once.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from encoderrt.jobs.inputs import Corpus, Position, Row
+from encoderrt.jobs.job import FinishedShard, JobSettings, job_engine_config, joined, open_job, write_shard
+from encoderrt.jobs.outputs import Output
+from encoderrt.jobs.placement import RayPlacement
+from encoderrt.jobs.progress import Progress, Summary
+from encoderrt.jobs.shards import manifest_hash
+from encoderrt.runtime.config import EngineConfig
+from encoderrt.runtime.manifest import read_manifest
+
+ROWS_PER_BATCH = 256
+"""Rows an actor gets at once: enough for length-sorted batches, few enough for the driver to gather shards as
+they finish."""
+
+
+@dataclass
+class _Planned:
+    index: int
+    start: Position
+    end: Position
+    rows: int
+    good: int
+    rejected: list[Row]
+
+
+def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model: str | Path | None,
+               job: JobSettings, config: EngineConfig, placement: RayPlacement = RayPlacement(),
+               progress: Progress | None = None) -> Summary:
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise ValueError(f"--ray needs Ray Data: pip install 'encoderrt[ray]' ({exc})") from None
+    from encoderrt.compile.cache import artifact_for
+
+    progress = progress or Progress(enabled=False)
+    try:
+        artifact, _ = artifact_for(None if model is None else Path(model))
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
+    manifest = read_manifest(artifact)
+    name = str(manifest.source.get("name") or artifact.name)  # as Engine names it
+    corpus, folder = open_job(inputs, output, kind, name, artifact, job)
+    started = time.perf_counter()
+    plan = _plan(corpus, folder.shards, job.shard_rows, folder.resume_position()[1])
+    progress.start(sum(p.rows for p in plan) + folder.done_rows, folder.done_rows)
+    ray.init(address=placement.address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the job's own progress speaks for it
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    actors = placement.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // placement.cpus_per_actor)
+    tokens = 0
+    try:
+        if plan:
+            engine_config = replace(job_engine_config(job, config), intra_op_threads=placement.cpus_per_actor)
+            specs = [{"shard": p.index, "start": list(p.start), "rows": p.rows} for p in plan]
+            rows = ray.data.from_items(specs, override_num_blocks=len(specs)).flat_map(
+                _ShardReader(corpus), num_cpus=0)
+            answers = rows.map_batches(
+                _Embedder, fn_constructor_args=(str(artifact), manifest_hash(artifact), kind, engine_config,
+                                                job.include_text),
+                batch_size=ROWS_PER_BATCH, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=placement.cpus_per_actor)  # Ray Data restarts a lost actor and retries its batches
+            tokens = _gather(answers, plan, folder, kind, job, corpus, progress)
+        folder.finish(sum(r.rows for r in folder.shards.values()))
+    finally:
+        progress.stop()
+    summary = Summary.of(folder.shards.values(), time.perf_counter() - started, folder.root, tokens, None)
+    progress.finish(summary)
+    return summary
+
+
+def _plan(corpus: Corpus, done: dict[int, Any], size: int, position: Position) -> list[_Planned]:
+    """Every pending shard's position and counts, from one pass over the inputs (its bad rows are kept: the
+    driver writes them; Ray carries only good rows)."""
+    plan: list[_Planned] = []
+    index = position.row // size
+    shard = _Planned(index, position, position, 0, 0, [])
+    for row, after in corpus.rows(position):
+        shard.rows += 1
+        shard.end = after
+        if row.problem is None:
+            shard.good += 1
+        else:
+            shard.rejected.append(row)
+        if shard.rows == size:
+            if shard.index not in done:
+                plan.append(shard)
+            shard = _Planned(shard.index + 1, after, after, 0, 0, [])
+    if shard.rows and shard.index not in done:
+        plan.append(shard)
+    return plan
+
+
+class _ShardReader:
+    """A Ray task's read of one shard: its good rows, each tagged with its shard and number."""
+
+    def __init__(self, corpus: Corpus):
+        self.corpus = corpus
+
+    def __call__(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        for count, (row, _) in enumerate(self.corpus.rows(Position(*spec["start"]))):
+            if count == spec["rows"]:
+                break
+            if row.problem is None:
+                out.append({"shard": spec["shard"], "row": row.row, "id": pickle.dumps(row.id),
+                            "values": list(row.values)})
+        return out
+
+
+class _Embedder:
+    """One engine in a Ray actor, loaded from the shared artifact path once its manifest hash is the driver's."""
+
+    def __init__(self, artifact: str, expected_hash: str, kind: Output, config: EngineConfig, keep_text: bool):
+        from encoderrt.runtime import Engine
+
+        found = manifest_hash(Path(artifact))
+        if found != expected_hash:
+            raise RuntimeError(f"the artifact at {artifact} on this node is not the driver's (manifest sha256 "
+                               f"{found[:12]}, expected {expected_hash[:12]}): share one path or copy it whole")
+        self.engine, self.kind, self.keep_text = Engine.load(artifact, config), kind, keep_text
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        values = [tuple(v) for v in batch.column("values").to_pylist()]
+        order = sorted(range(len(values)), key=lambda i: sum(map(len, values[i])))
+        completion = self.engine.run(self.kind.request([values[i] for i in order]))
+        answers = completion.value
+        counts = completion.row_tokens if len(completion.row_tokens) == len(values) else (-1,) * len(values)
+        payload, tokens = [None] * len(values), [0] * len(values)
+        for sorted_at, i in enumerate(order):
+            payload[i] = pickle.dumps(answers[sorted_at])
+            tokens[i] = counts[sorted_at]
+        columns = {"shard": batch.column("shard"), "row": batch.column("row"), "id": batch.column("id"),
+                   "answer": pa.array(payload, pa.binary()), "tokens": pa.array(tokens, pa.int32())}
+        if self.keep_text:
+            columns["values"] = batch.column("values")
+        return pa.table(columns)
+
+
+def _gather(answers, plan: list[_Planned], folder, kind: Output, job: JobSettings, corpus: Corpus,
+            progress: Progress) -> int:
+    """Rows into their shards, each shard written once it is whole; the tokens computed."""
+    planned = {p.index: p for p in plan}
+    waiting: dict[int, dict[int, tuple[Any, ...]]] = {p.index: {} for p in plan if p.good}
+    started = time.perf_counter()
+    for p in plan:
+        if not p.good:  # every row rejected: nothing goes to Ray
+            _finish(p, {}, folder, kind, job, corpus, progress, started)
+    tokens = 0
+    for table in answers.iter_batches(batch_format="pyarrow", batch_size=None):
+        columns = table.to_pydict()
+        texts = columns.get("values") or [()] * table.num_rows
+        for shard, row, identity, answer, count, text in zip(columns["shard"], columns["row"], columns["id"],
+                                                              columns["answer"], columns["tokens"], texts):
+            if shard in waiting:
+                waiting[shard][row] = (identity, answer, count, tuple(text))
+        for shard in [s for s, rows in waiting.items() if len(rows) == planned[s].good]:
+            rows = waiting.pop(shard)
+            tokens += sum(max(0, count) for _, _, count, _ in rows.values())
+            _finish(planned[shard], rows, folder, kind, job, corpus, progress, started)
+    if waiting:
+        missing = next(iter(waiting))
+        raise RuntimeError(f"Ray Data returned shard {missing} incomplete ({len(waiting[missing])} of "
+                           f"{planned[missing].good} rows)")
+    return tokens
+
+
+def _finish(planned: _Planned, rows: dict[int, tuple[Any, ...]], folder, kind: Output, job: JobSettings,
+            corpus: Corpus, progress: Progress, started: float) -> None:
+    numbers = sorted(rows)
+    good = [Row(n, pickle.loads(rows[n][0]), rows[n][3]) for n in numbers]
+    answers = [pickle.loads(rows[n][1]) for n in numbers]
+    value = None
+    if answers:
+        value = np.stack(answers) if isinstance(answers[0], np.ndarray) and kind.dense else joined([answers])
+    counts = [rows[n][2] for n in numbers]
+    shard = FinishedShard(planned.index, planned.start, planned.end, planned.rows, good, planned.rejected, value,
+                          counts if all(c >= 0 for c in counts) else None, sum(max(0, c) for c in counts))
+    write_shard(shard, folder, kind, job, corpus.fields, time.perf_counter() - started, progress)

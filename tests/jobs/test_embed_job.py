@@ -1,0 +1,216 @@
+"""Bulk jobs (encoderrt/jobs): the job's vectors against sentence-transformers' encode, in input order with ids
+intact, from every input format; bad rows reported; a job killed with SIGKILL and rerun equals the job run whole."""
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from encoderrt.bench.workloads import passages, queries
+from encoderrt.jobs import JobFailed, PairScores, embed_corpus
+from encoderrt.jobs.job import JobSettings, load_engine
+
+TEXTS = [*queries(1700, seed=11), *passages(300, seed=12)]
+random.Random(5).shuffle(TEXTS)
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    with path.open("w", encoding="utf-8") as file:
+        for row in rows:
+            file.write((row if isinstance(row, str) else json.dumps(row)) + "\n")
+    return path
+
+
+def read_output(folder: Path, column: str = "embedding") -> tuple[list, np.ndarray, list]:
+    ids, vectors, tokens = [], [], []
+    for shard in sorted(folder.glob("part-*.parquet")):
+        table = pq.read_table(shard)
+        ids += table.column("id").to_pylist()
+        vectors.append(np.stack(table.column(column).to_numpy(zero_copy_only=False)))
+        tokens += table.column("tokens").to_pylist() if "tokens" in table.column_names else []
+    return ids, np.concatenate(vectors), tokens
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.fixture(scope="module")
+def engine(minilm_fp32):
+    engine, _ = load_engine(minilm_fp32.path, JobSettings(), None)
+    with engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def reference(minilm_dir) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu").encode(TEXTS, batch_size=64)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl",
+                       ({"doc": f"d{i:05d}", "text": t} for i, t in enumerate(TEXTS)))
+
+
+@pytest.fixture(scope="module")
+def whole_run(engine, corpus, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("whole") / "out"
+    summary = embed_corpus(corpus, out, engine=engine, id_field="doc", shard_rows=250)
+    assert (summary.rows, summary.written, summary.rejected) == (len(TEXTS), len(TEXTS), 0)
+    return out
+
+
+def test_vectors_equal_sentence_transformers_in_input_order_with_ids_and_token_counts(whole_run, reference, minilm_dir):
+    from transformers import AutoTokenizer
+
+    ids, vectors, tokens = read_output(whole_run)
+    assert ids == [f"d{i:05d}" for i in range(len(TEXTS))]
+    assert vectors.shape == reference.shape
+    assert cosines(vectors, reference).min() >= 0.99999
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir))
+    assert tokens == [len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=256)["input_ids"]]
+    job = json.loads((whole_run / "job.json").read_text())
+    assert job["complete"] and job["rows"] == len(TEXTS) and len(job["shards"]) == 8
+    assert not list(whole_run.glob(".*"))  # no partial file left behind
+
+
+def test_every_input_format_gives_the_same_rows(engine, reference, tmp_path):
+    rows = TEXTS[:300]
+    text_file = tmp_path / "in.txt"
+    text_file.write_text("".join(t + "\n" for t in rows), encoding="utf-8")
+    with (tmp_path / "in.csv").open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["text", "id"])
+        # row 7 holds a line end: CSV quotes it, and the reader must keep it
+        writer.writerows([t if i != 7 else t.replace(" ", "\n", 1), f"r{i}"] for i, t in enumerate(rows))
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(300)], "text": rows}), tmp_path / "in.parquet",
+                   row_group_size=64)
+    expected = reference[:300].copy()
+    expected[7] = embed_corpus_row(engine, rows[7].replace(" ", "\n", 1))
+    for name, options in (("in.txt", {}), ("in.csv", {"id_field": "id"}), ("in.parquet", {"id_field": "id"})):
+        out = tmp_path / f"out-{name}"
+        embed_corpus(tmp_path / name, out, engine=engine, shard_rows=128, **options)
+        ids, vectors, _ = read_output(out)
+        assert ids == (list(range(300)) if name == "in.txt" else [f"r{i}" for i in range(300)]), name
+        wanted = reference[:300] if name != "in.csv" else expected
+        assert cosines(vectors, wanted).min() >= 0.99999, name
+
+
+def embed_corpus_row(engine, text: str) -> np.ndarray:
+    return engine.embed([text])[0]
+
+
+def test_npy_output_and_a_folder_of_shards_as_input(engine, reference, tmp_path):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    write_jsonl(inputs / "b.jsonl", ({"text": t} for t in TEXTS[100:250]))
+    write_jsonl(inputs / "a.jsonl", ({"text": t} for t in TEXTS[:100]))
+    embed_corpus(inputs, tmp_path / "out", engine=engine, output_format="npy", shard_rows=64)
+    shards = sorted((tmp_path / "out").glob("part-*.npy"))
+    vectors = np.concatenate([np.load(s) for s in shards])
+    ids = [i for s in shards for i in json.loads(s.with_suffix(".ids.json").read_text())]
+    assert ids == list(range(250))  # a.jsonl first: a folder's files by name
+    assert cosines(vectors, reference[:250]).min() >= 0.99999
+
+
+def test_bad_rows_are_listed_with_their_ids_and_the_rest_embedded(engine, reference, tmp_path):
+    lines = [json.dumps({"id": "ok0", "text": TEXTS[0]}), json.dumps({"id": "empty", "text": "  "}),
+             json.dumps({"id": "number", "text": 5}), "{not json", json.dumps({"id": "none"}),
+             json.dumps(["a", "list"]), json.dumps({"id": "ok1", "text": TEXTS[1]})]
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "latin1", "text": "caf\xe9"}\n')
+    summary = embed_corpus(path, tmp_path / "out", engine=engine, id_field="id", shard_rows=4)
+    assert (summary.rows, summary.written, summary.rejected) == (8, 2, 6)
+    ids, vectors, _ = read_output(tmp_path / "out")
+    assert ids == ["ok0", "ok1"] and cosines(vectors, reference[:2]).min() >= 0.99999
+    rejected = [json.loads(line) for f in summary.rejected_files for line in f.read_text().splitlines()]
+    assert [(r["row"], r["id"]) for r in rejected] == [(1, "empty"), (2, "number"), (3, 3), (4, "none"), (5, 5),
+                                                      (7, 7)]
+    problems = [r["problem"] for r in rejected]
+    assert "empty" in problems[0] and "int" in problems[1] and "JSON" in problems[2] and "missing" in problems[3]
+    assert "UTF-8" in problems[5]
+
+    with pytest.raises(JobFailed, match=r"row 1 \(id 'empty'\).*empty"):
+        embed_corpus(path, tmp_path / "strict", engine=engine, id_field="id", shard_rows=4, on_error="fail")
+
+
+def test_a_folder_of_another_job_or_of_other_files_is_refused(engine, corpus, whole_run, tmp_path):
+    with pytest.raises(ValueError, match="different job.*shard_rows"):
+        embed_corpus(corpus, whole_run, engine=engine, id_field="doc", shard_rows=400)
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not a job's output folder"):
+        embed_corpus(corpus, other, engine=engine)
+    assert (other / "notes.txt").read_text() == "keep me"
+    with pytest.raises(ValueError, match="npy holds dense vectors"):
+        embed_corpus(corpus, tmp_path / "x", engine=engine, kind=PairScores(), output_format="npy")
+    with pytest.raises(ValueError, match="input not found"):
+        embed_corpus(tmp_path / "missing.jsonl", tmp_path / "y", engine=engine)
+
+
+def test_a_finished_job_rerun_computes_nothing(engine, corpus, whole_run):
+    before = engine.stats.snapshot()["batches"]
+    summary = embed_corpus(corpus, whole_run, engine=engine, id_field="doc", shard_rows=250)
+    assert summary.rows == len(TEXTS) and engine.stats.snapshot()["batches"] == before
+
+
+def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corpus, whole_run, tmp_path):
+    """The job killed at a random finished shard, rerun with the same command: the same rows, none twice, none
+    missing, and the shards finished before the kill are not computed again."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "encoderrt.cli", "embed", str(corpus), "-o", str(out), "--model",
+               str(minilm_fp32.path), "--id-field", "doc", "--shard-rows", "250", "--max-batch-tokens", "2048"]
+    env = {**os.environ, "CI": "true"}
+    kill_after = random.Random().randint(1, 5)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        job = out / "job.json"
+        if job.is_file() and len(json.loads(job.read_text())["shards"]) >= kill_after:
+            process.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    process.wait(30)
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()
+    finished = {s["index"]: s for s in json.loads((out / "job.json").read_text())["shards"]}
+    assert len(finished) >= kill_after and not json.loads((out / "job.json").read_text())["complete"]
+    kept = {name: (out / name).stat().st_mtime_ns for s in finished.values() for name in s["files"]}
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"resuming: {len(finished) * 250:,} of {len(TEXTS):,} rows" in rerun.stderr
+    assert all((out / name).stat().st_mtime_ns == modified for name, modified in kept.items())
+    ids, vectors, tokens = read_output(out)
+    whole_ids, whole_vectors, whole_tokens = read_output(whole_run)
+    assert ids == whole_ids and tokens == whole_tokens
+    assert cosines(vectors, whole_vectors).min() >= 0.99999
+    assert sorted(p.name for p in out.iterdir()) == ["job.json", *(f"part-{i:05d}.parquet" for i in range(8))]
+
+
+def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, corpus, tmp_path, capsys):
+    from encoderrt.cli import main
+
+    assert main(["embed", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a")]) == 2
+    assert "error: input not found" in capsys.readouterr().err
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), "--sparse", "--dimensions", "8"]) == 2
+    assert "--dimensions and --precision apply to dense embeddings" in capsys.readouterr().err
+    # an embedding model has no sparse output: the job stops at its first shard, naming why, and writes no shard
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path), "--sparse",
+                 "--max-batch-tokens", "2048"]) == 1
+    err = capsys.readouterr().err
+    assert "shard 0" in err and "sparse" in err and "Traceback" not in err
+    assert not list((tmp_path / "c").glob("part-*"))

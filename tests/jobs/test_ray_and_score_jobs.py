@@ -1,0 +1,76 @@
+"""The bulk job on Ray Data (a local cluster of 2 one-CPU actors) writes the rows the local job writes; `encoderrt
+score` scores (query, document) rows as CrossEncoder.predict does."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from encoderrt.bench.workloads import passages, queries
+from encoderrt.cli import main
+from encoderrt.jobs import RayPlacement, embed_corpus, score_corpus
+
+TEXTS = [*queries(500, seed=21), *passages(100, seed=22)]
+
+
+def table(folder: Path):
+    return pq.read_table(sorted(folder.glob("part-*.parquet")))
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.every_core
+def test_the_ray_job_writes_the_local_jobs_rows(minilm_fp32, tmp_path):
+    import ray
+
+    rows = [{"id": f"p{i}", "text": t} for i, t in enumerate(TEXTS)]
+    rows.insert(250, {"id": "blank", "text": ""})
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", rows)
+    local = embed_corpus(corpus, tmp_path / "local", minilm_fp32.path, id_field="id", shard_rows=100,
+                         include_text=True)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        on_ray = embed_corpus(corpus, tmp_path / "ray", minilm_fp32.path, id_field="id", shard_rows=100,
+                              include_text=True, ray=RayPlacement(actors=2))
+    finally:
+        ray.shutdown()
+    counts = [(s.rows, s.written, s.rejected) for s in (local, on_ray)]
+    assert counts == [(601, 600, 1)] * 2
+    a, b = table(tmp_path / "local"), table(tmp_path / "ray")
+    assert b.column_names == a.column_names == ["id", "embedding", "tokens", "text"]
+    for name in ("id", "tokens", "text"):
+        assert b.column(name).to_pylist() == a.column(name).to_pylist(), name
+    assert b.column("id").to_pylist() == [r["id"] for r in rows if r["text"]]
+    x, y = (np.stack(t.column("embedding").to_numpy(zero_copy_only=False)) for t in (a, b))
+    assert ((x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)).min() >= 0.99999
+    names = [sorted(p.name for p in (tmp_path / side).iterdir()) for side in ("local", "ray")]
+    assert names[0] == names[1]
+
+
+def test_score_rows_match_cross_encoder_predict(tiny_models, tiny_artifacts, tmp_path):
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoTokenizer
+
+    artifact = tiny_artifacts["bert-cross-encoder"]
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    # pairs within the model's limit: past it the engine cuts the document (only_second), CrossEncoder both sides
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_models["bert-cross-encoder"]))
+    candidates = list(zip(queries(600, seed=23), queries(600, seed=24)))
+    pairs = [p for p in candidates if len(tokenizer(*p)["input_ids"]) <= manifest["max_length"]][:300]
+    assert len(pairs) >= 200
+    corpus = write_jsonl(tmp_path / "pairs.jsonl", [{"query": q, "document": d} for q, d in pairs])
+    assert main(["score", str(corpus), "-o", str(tmp_path / "out"), "--model", str(artifact), "--shard-rows",
+                 "128"]) == 0
+    scores = np.array(table(tmp_path / "out").column("score").to_pylist())
+    model = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", max_length=manifest["max_length"])
+    expected = model.predict(pairs, batch_size=64)
+    assert np.abs(scores - expected).max() < 1e-5
+
+    raw = score_corpus(corpus, tmp_path / "logits", artifact, activation=False, shard_rows=128)
+    logits = np.array(table(tmp_path / "logits").column("score").to_pylist())
+    assert raw.written == len(pairs) and np.abs(1 / (1 + np.exp(-logits)) - expected).max() < 1e-5
