@@ -64,7 +64,7 @@ class OutputFolder:
             except (OSError, json.JSONDecodeError) as exc:
                 raise ValueError(f"{job} is not readable ({exc}): remove the folder or choose another") from None
             if recorded.get("identity") != self.identity:
-                if not overwrite:
+                if not overwrite and recorded.get("shards"):  # a job that wrote nothing yet has nothing to lose
                     difference = _difference(recorded.get("identity"), self.identity)
                     raise ValueError(f"{root} holds the output of a different job ({difference}): "
                                      "rerun the same command to resume it, give --overwrite to start again, or "

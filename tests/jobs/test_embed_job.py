@@ -214,3 +214,7 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, corpus, tmp_pa
     err = capsys.readouterr().err
     assert "shard 0" in err and "sparse" in err and "Traceback" not in err
     assert not list((tmp_path / "c").glob("part-*"))
+    # the same folder, the right arguments: a job that wrote nothing is no other job's output to protect
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path),
+                 "--max-batch-tokens", "2048", "--shard-rows", "1000"]) == 0
+    assert len(list((tmp_path / "c").glob("part-*.parquet"))) == 2

@@ -1,5 +1,6 @@
 """The bulk job on Ray Data (a local cluster of 2 one-CPU actors) writes the rows the local job writes; `encoderrt
-score` scores (query, document) rows as CrossEncoder.predict does."""
+score` scores (query, document) rows as CrossEncoder.predict does; `--sparse` and `--multi-vector` write what
+SparseEncoder and MultiVectorEncoder encode."""
 
 import json
 from pathlib import Path
@@ -8,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import tiny_models as tm
 from encoderrt.bench.workloads import passages, queries
 from encoderrt.cli import main
 from encoderrt.jobs import RayPlacement, embed_corpus, score_corpus
@@ -74,3 +76,31 @@ def test_score_rows_match_cross_encoder_predict(tiny_models, tiny_artifacts, tmp
     raw = score_corpus(corpus, tmp_path / "logits", artifact, activation=False, shard_rows=128)
     logits = np.array(table(tmp_path / "logits").column("score").to_pylist())
     assert raw.written == len(pairs) and np.abs(1 / (1 + np.exp(-logits)) - expected).max() < 1e-5
+
+
+def test_sparse_and_token_vector_rows_match_sentence_transformers(tiny_dir, compile_artifact, tmp_path):
+    from sentence_transformers import MultiVectorEncoder, SparseEncoder
+
+    texts = queries(150, seed=25)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": t} for t in texts])
+    splade = tm.sparse_encoder_folder(tiny_dir / "splade-max-relu", pooling_strategy="max", activation="relu")
+    artifact = compile_artifact(splade, tmp_path / "splade").path
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "sparse"), "--model", str(artifact), "--sparse",
+                 "--shard-rows", "64"]) == 0
+    rows = table(tmp_path / "sparse")
+    assert rows.column("id").to_pylist() == list(range(150))
+    expected = SparseEncoder(str(splade), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
+    for indices, weights, wanted in zip(rows.column("indices").to_pylist(), rows.column("weights").to_pylist(),
+                                        expected):
+        assert set(indices) == set(np.flatnonzero(wanted > 0).tolist())
+        np.testing.assert_allclose(weights, wanted[indices], rtol=1e-4, atol=1e-5 * wanted.max())
+
+    colbert = tm.colbert_folder(tiny_dir / "colbert-classic")
+    artifact = compile_artifact(colbert, tmp_path / "colbert").path
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "vectors"), "--model", str(artifact), "--multi-vector",
+                 "--shard-rows", "64"]) == 0
+    got = [np.array(v, np.float32) for v in table(tmp_path / "vectors").column("vectors").to_pylist()]
+    reference = MultiVectorEncoder(str(colbert), device="cpu").encode_document(texts)
+    expected = [e.numpy() for e in reference]
+    assert [g.shape for g in got] == [e.shape for e in expected]
+    np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)

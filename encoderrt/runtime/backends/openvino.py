@@ -121,13 +121,22 @@ def _warm_up_feeds(compiled: Any) -> dict[str, np.ndarray]:
     return feeds
 
 
+SHAPE_CACHE_ENTRIES = 100
+"""Kernels OpenVINO keeps for the input shapes it saw last (its default: 5,000). Every batch of a new (rows, length)
+is a new shape, so with the default a process embedding a corpus of short texts grew without end in practice: a
+bulk job of 200k queries went from 545 to 642 MB resident (onnxruntime stayed flat), and 1M rows peaked at 739 MB
+against 544 MB for 10k. With 100, MiniLM bf16 on a 2-core EPYC (avx512_bf16) ran the same job 7% faster (12.9k
+against 12.0k tokens/s, medians of 4 alternating rounds in one process) and grew 541 -> 585 MB over 200k rows."""
+
+
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> OpenVinoBackend:
     core = _core()
     bf16 = _has_bf16(core)
     precision = execution_precision(manifest.precision, bf16)
     threads = options.resolved_threads()
     model = core.read_model(str(artifact_dir / manifest.model_file))
-    settings = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
+    settings = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,
+                "CPU_RUNTIME_CACHE_CAPACITY": str(SHAPE_CACHE_ENTRIES)}
     compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", **settings})
     streams = int(compiled.get_property("NUM_STREAMS"))
     alone = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY", **settings}) if streams > 1 else None
