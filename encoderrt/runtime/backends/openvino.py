@@ -16,6 +16,7 @@ get one core of two: a batch marked `alone` runs on a second compilation with on
 
 from __future__ import annotations
 
+import os
 import queue
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,15 @@ MODEL_FILE = "model.xml"
 _INSTALL = "pip install openvino"
 
 
+ONEDNN_PRIMITIVES = 64
+"""oneDNN primitives kept for reuse (its default: 1,024), read from ONEDNN_PRIMITIVE_CACHE_CAPACITY when OpenVINO
+first runs a graph; the variable, where set, wins. Each new batch shape makes new primitives: with the default a
+bulk job of 200k short texts grew 541 -> 642 MB (bf16 MiniLM, 2-core EPYC); with 64 it held 541-573 MB, at the same
+speed (12.0-13.2k tokens/s either way, alternating runs)."""
+
+
 def _core() -> Any:
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
     try:
         import openvino
     except ImportError:
