@@ -112,7 +112,7 @@ def _run_shards(corpus: Corpus, folder: OutputFolder, kind: Output, engine: Engi
         for shard in _shards(corpus, position, first, job.shard_rows, folder):
             _check_rows(shard, job, pending, folder, kind, corpus, progress)
             shard.started = time.perf_counter()
-            shard.order = sorted(range(len(shard.good)), key=lambda i: sum(map(len, shard.good[i].values)))
+            shard.order = shortest_first([row.values for row in shard.good])
             for start in range(0, len(shard.order), CHUNK_ROWS):
                 values = [shard.good[i].values for i in shard.order[start: start + CHUNK_ROWS]]
                 shard.futures.append(pool.submit(engine.run, kind.request(values)))
@@ -228,6 +228,12 @@ def write_shard(shard: FinishedShard, folder: OutputFolder, kind: Output, job: J
                          shard.tokens, round(seconds, 3), tuple(name for name, _ in contents))
     folder.write(record, contents)
     progress.shard(record)
+
+
+def shortest_first(values: list[tuple[str, ...]]) -> list[int]:
+    """Indices of the rows' values, shortest text (or pair) first: the order the engine gets them in, so that
+    neighbours in length share batches."""
+    return sorted(range(len(values)), key=lambda i: sum(map(len, values[i])))
 
 
 def joined(values: list[Any]) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.jobs.inputs import Corpus, Position, Row
-from encoderrt.jobs.job import FinishedShard, JobSettings, job_engine_config, joined, open_job, write_shard
+from encoderrt.jobs.job import FinishedShard, JobSettings, job_engine_config, open_job, shortest_first, write_shard
 from encoderrt.jobs.outputs import Output
 from encoderrt.jobs.placement import RayPlacement
 from encoderrt.jobs.progress import Progress, Summary
@@ -146,7 +146,7 @@ class _Embedder:
         import pyarrow as pa
 
         values = [tuple(v) for v in batch.column("values").to_pylist()]
-        order = sorted(range(len(values)), key=lambda i: sum(map(len, values[i])))
+        order = shortest_first(values)
         completion = self.engine.run(self.kind.request([values[i] for i in order]))
         answers = completion.value
         counts = completion.row_tokens if len(completion.row_tokens) == len(values) else (-1,) * len(values)
@@ -196,7 +196,7 @@ def _finish(planned: _Planned, rows: dict[int, tuple[Any, ...]], folder, kind: O
     answers = [pickle.loads(rows[n][1]) for n in numbers]
     value = None
     if answers:
-        value = np.stack(answers) if isinstance(answers[0], np.ndarray) and kind.dense else joined([answers])
+        value = np.stack(answers) if kind.dense else answers  # one row's answer each: dense rows stack
     counts = [rows[n][2] for n in numbers]
     shard = FinishedShard(planned.index, planned.start, planned.end, planned.rows, good, planned.rejected, value,
                           counts if all(c >= 0 for c in counts) else None, sum(max(0, c) for c in counts))

@@ -33,7 +33,7 @@ class Output:
 
     def settings(self) -> dict[str, Any]:
         """What changes the output: a resumed job must have the same."""
-        return {"kind": self.name, **{k: v for k, v in vars(self).items()}}
+        return {"kind": self.name, **vars(self)}
 
 
 @dataclass(frozen=True)
