@@ -10,8 +10,9 @@ int8 is NNCF's post-training quantisation with its transformer preset: per-chann
 weights, activations calibrated on built-in texts that are not the parity probes. The attention
 itself stays in bf16: quantising its Q/K/V took all-MiniLM-L6-v2's min cosine to 0.85 on long
 passages. Every GEMM else runs in int8 behind SmoothQuant at alpha 0.75 (SMOOTHING_ALPHA); where that
-misses the floor, the FFN down projections stay in bf16 too, at the cost of most of the int8 speed-up
-on a model this small.
+misses the floor, the FFN down projections stay in bf16 too, at the cost of most of the int8 speed-up on a
+model this small. A CPU without int8 dot products gets 7-bit weights (NNCF's overflow fix), keeps the FFN
+down projections from the start and smooths at alpha 0.5 (SMOOTHING_ALPHA_7BIT).
 """
 
 from __future__ import annotations
@@ -47,6 +48,17 @@ avx512_vnni EPYC (min / mean cosine against sentence-transformers): 0.95 gave 0.
 0.5 0.971 / 0.9888; off 0.977 / 0.9915. With the FFN down projections in int8 too the backend ran 1.24x
 the graph that keeps them in bf16 (19.2k against 15.5k tokens/s; bf16 alone 12.2k).
 """
+SMOOTHING_ALPHA_7BIT = 0.5
+"""SmoothQuant's alpha where the weights are 7-bit (a CPU without int8 dot products: the overflow fix in
+quantize_openvino). Alpha moves activation outliers into the weights, and 7-bit weights hold less of them.
+
+all-MiniLM-L6-v2 on an AVX2 EPYC, FFN down projections kept, the 30 parity probes (min / mean cosine):
+0.95 0.973 / 0.9934; 0.85 0.978 / 0.9954; 0.75 0.982 / 0.9966 (under the 0.985 floor); 0.6 0.992 / 0.9975;
+0.5 0.994 / 0.9978; 0.4 0.994 / 0.9976. With every GEMM but the attention int8, no alpha reached the floor
+(0.75 0.960, 0.5 0.973, 0.4 0.974).
+"""
+
+
 _COUNTED_OPS = ("ScaledDotProductAttention", "MVN", "Gelu", "FakeQuantize")
 
 
@@ -92,11 +104,39 @@ def op_counts(model) -> dict[str, int]:
     return {op: counted[op] for op in _COUNTED_OPS if counted[op]}
 
 
+_FFN_ACTIVATIONS = ("Gelu", "Swish")
+
+
 def ffn_down_projections(path: Path) -> list[str]:
-    """Names of the MatMuls fed by a GELU (each layer's FFN down projection) in the IR at `path`."""
+    """Names of each layer's FFN down projection in the IR at `path`: the MatMuls fed by a GELU, or by a gated
+    FFN's product (SwiGLU, GeGLU: Multiply with a Swish or a GELU beside the up projection)."""
     model = _openvino().Core().read_model(str(path))
+
+    def after_activation(op) -> bool:
+        source = op.input_value(0).get_node()
+        if source.get_type_name() == "Multiply":
+            return any(source.input_value(i).get_node().get_type_name() in _FFN_ACTIVATIONS for i in range(2))
+        return source.get_type_name() == "Gelu"
+
+    return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul" and after_activation(op)]
+
+
+_WEIGHT_PATH_OPS = ("Convert", "Transpose", "Reshape", "Unsqueeze", "Squeeze")
+
+
+def computed_weight_matmuls(model) -> list[str]:
+    """Names of the MatMuls whose weight is computed rather than stored: the task adapters' LoRA products, their
+    low-rank matrices gathered per row (compile/lora.py). NNCF would quantise that weight as an activation, in
+    8 bits where the CPU's int8 kernels saturate (no VNNI: the tiny jina-v3 with its adapters fell to min cosine
+    0.946 on an AVX2 EPYC); at rank 4-64 they are no GEMM work worth quantising."""
+
+    def stored(node) -> bool:
+        while node.get_type_name() in _WEIGHT_PATH_OPS:
+            node = node.input_value(0).get_node()
+        return node.get_type_name() == "Constant"
+
     return [op.get_friendly_name() for op in model.get_ops()
-            if op.get_type_name() == "MatMul" and op.input_value(0).get_node().get_type_name() == "Gelu"]
+            if op.get_type_name() == "MatMul" and not stored(op.input_value(1).get_node())]
 
 
 def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.ndarray]], keep: list[str],
@@ -111,7 +151,8 @@ def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.nd
         raise CompileError("--target openvino --precision int8 needs NNCF: pip install 'encoderrt[compile]'") from None
     nncf.set_log_level(logging.ERROR)
     model = ov.Core().read_model(str(path))
-    ignored = nncf.IgnoredScope(names=keep, types=["ScaledDotProductAttention"], validate=False)
+    ignored = nncf.IgnoredScope(names=[*keep, *computed_weight_matmuls(model)], types=["ScaledDotProductAttention"],
+                                validate=False)
     # 7-bit weights on every layer where the CPU lacks int8 dot products (runtime/cpu.py); NNCF's default fixes the first
     overflow = nncf.OverflowFix.FIRST_LAYER if int8_dot_products() else nncf.OverflowFix.ENABLE
     advanced = nncf.AdvancedQuantizationParameters(overflow_fix=overflow)
@@ -165,7 +206,14 @@ def build(build: Build, folder: Path) -> Manifest:
 
 def _int8_settings(exported: Path) -> Iterator[dict[str, Any]]:
     """What each int8 attempt leaves in bf16 and how it smooths, in order; the fallback's names are read from the
-    IR only if the first attempt misses the floor."""
+    IR only if the first attempt misses the floor.
+
+    A CPU without int8 dot products (7-bit weights) keeps the FFN down projections from the start: on an AVX2 EPYC
+    all-MiniLM-L6-v2 without them missed the floor at every alpha (min cosine 0.960-0.974), and the tiny NomicBERT
+    met it on the probes (0.991) but not on held-out text (0.975; 0.992 and 0.98+ with them kept)."""
+    if not int8_dot_products():
+        yield {"kept_nodes": ffn_down_projections(exported), "smooth_quant_alpha": SMOOTHING_ALPHA_7BIT}
+        return
     yield {"kept_nodes": [], "smooth_quant_alpha": SMOOTHING_ALPHA}
     # measured on all-MiniLM-L6-v2, text neither calibration nor probes hold: min cosine 0.984 with SmoothQuant
     # beside the kept projections, 0.963 without
@@ -173,7 +221,7 @@ def _int8_settings(exported: Path) -> Iterator[dict[str, Any]]:
 
 
 def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -> Manifest:
-    """int8 with the attention in bf16 and SmoothQuant at SMOOTHING_ALPHA; where that misses the floor, the FFN
+    """int8 with the attention in bf16 and SmoothQuant at this CPU's alpha; where that misses the floor, the FFN
     down projections stay in bf16 too (their GELU outliers defeat one per-tensor scale), as the onnxruntime int8
     path does. Every attempt is recorded."""
     from encoderrt.compile.parity import artifact_tokenizer

@@ -36,16 +36,30 @@ def quiet_quantizer_logs() -> Iterator[None]:
 
 
 def ffn_down_projections(model_path: Path) -> list[str]:
-    """Names of the MatMuls fed by a GELU: each layer's FFN down projection."""
+    """Names of each layer's FFN down projection: the MatMuls fed by a GELU, or by a gated FFN's product (SwiGLU,
+    GeGLU: a Mul of the up projection and the activated gate, SiLU being x * Sigmoid(x))."""
     graph = _graph(model_path)
-    gelu_outputs = {out for node in graph.node if node.op_type in _GELU_OPS for out in node.output}
-    return [node.name for node in graph.node if node.op_type == "MatMul" and node.input[0] in gelu_outputs]
+    made_by = {out: node for node in graph.node for out in node.output}
+
+    def op(name: str) -> str:
+        return made_by[name].op_type if name in made_by else ""
+
+    def activated(name: str) -> bool:
+        return op(name) in _GELU_OPS or (op(name) == "Mul" and any(op(i) == "Sigmoid" for i in made_by[name].input))
+
+    def feeds_down_projection(name: str) -> bool:
+        if op(name) in _GELU_OPS:
+            return True
+        inputs = made_by[name].input if op(name) == "Mul" else ()
+        return any(op(i) == "MatMul" for i in inputs) and any(activated(i) for i in inputs)
+
+    return [node.name for node in graph.node if node.op_type == "MatMul" and feeds_down_projection(node.input[0])]
 
 
 def int8_attempts(model_path: Path) -> Iterator[tuple[tuple[str, ...], str]]:
     """What each int8 attempt keeps fp32 (node names) and how to say so, in order: nothing; the FFN down
-    projections (SwiGLU families have none, and skip this attempt); those and the fused attention ops. The graph
-    is read only where an earlier attempt missed the floor."""
+    projections; those and the fused attention ops. The graph is read only where an earlier attempt missed the
+    floor."""
     yield (), ""
     down = tuple(ffn_down_projections(model_path))
     if down:

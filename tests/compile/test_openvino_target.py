@@ -9,7 +9,7 @@ from artifact_runner import cosine_rows, run_artifact
 from encoderrt import Engine
 from encoderrt.bench import workloads
 from encoderrt.compile import ParityError
-from encoderrt.compile.openvino import SMOOTHING_ALPHA
+from encoderrt.compile.openvino import SMOOTHING_ALPHA, SMOOTHING_ALPHA_7BIT
 from encoderrt.runtime.backends import openvino as openvino_backend
 from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import read_manifest
@@ -80,10 +80,13 @@ def test_bf16_falls_back_to_f32_on_a_cpu_without_bf16_and_says_so(minilm_openvin
 def test_int8_meets_its_quality_floor_on_unseen_passages(minilm_openvino, st_embeddings):
     result = minilm_openvino["int8"]
     assert result.manifest.fused_ops["FakeQuantize"] > 0
-    if int8_dot_products():  # VNNI / AMX: SmoothQuant, every GEMM but attention int8 unless the probes ask for more
-        parity = result.manifest.parity
+    parity = result.manifest.parity
+    if int8_dot_products():  # VNNI / AMX: every GEMM but attention int8 unless the probes ask for more
         assert parity["smooth_quant_alpha"] == SMOOTHING_ALPHA and len(parity["kept_nodes"]) in (0, 6)
         assert len(parity["attempts"]) == (1 if parity["kept_nodes"] else 0)
+    else:  # 7-bit weights: the FFN down projections kept from the start, milder smoothing
+        assert parity["smooth_quant_alpha"] == SMOOTHING_ALPHA_7BIT and len(parity["kept_nodes"]) == 6
+        assert parity["attempts"] == []
         # per layer: Q/K/V's shared input, the attention output, the FFN up and (unless kept) the FFN down projection
         assert result.manifest.fused_ops["FakeQuantize"] == (3 if parity["kept_nodes"] else 4) * 6
     embeddings, _ = _embed(result)

@@ -65,9 +65,11 @@ def _bf16_like_error(monkeypatch, step=0.08):
     they move by up to step/2, as the tiny cross-encoder's bf16 logits do (~0.04, measured on AMX)."""
     real = OpenVinoBackend.run
 
-    def rounded(self, feeds):
-        out = real(self, feeds)
-        return (np.round(out / step) * step).astype(out.dtype) if "bf16 asked for" in self.execution else out
+    def rounded(self, batch):
+        outputs = real(self, batch)
+        if "bf16 asked for" not in self.execution:
+            return outputs
+        return {name: (np.round(out / step) * step).astype(out.dtype) for name, out in outputs.items()}
 
     monkeypatch.setattr(OpenVinoBackend, "run", rounded)
 

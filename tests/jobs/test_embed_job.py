@@ -201,9 +201,10 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
     assert sorted(p.name for p in out.iterdir()) == ["job.json", *(f"part-{i:05d}.parquet" for i in range(8))]
 
 
-def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, corpus, tmp_path, capsys):
+def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, capsys):
     from encoderrt.cli import main
 
+    corpus = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in TEXTS[:48]))
     assert main(["embed", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a")]) == 2
     assert "error: input not found" in capsys.readouterr().err
     assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), "--sparse", "--dimensions", "8"]) == 2
@@ -216,5 +217,5 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, corpus, tmp_pa
     assert not list((tmp_path / "c").glob("part-*"))
     # the same folder, the right arguments: a job that wrote nothing is no other job's output to protect
     assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path),
-                 "--max-batch-tokens", "2048", "--shard-rows", "1000"]) == 0
+                 "--max-batch-tokens", "2048", "--shard-rows", "24"]) == 0
     assert len(list((tmp_path / "c").glob("part-*.parquet"))) == 2
