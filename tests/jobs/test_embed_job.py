@@ -20,7 +20,9 @@ from encoderrt.bench.workloads import passages, queries
 from encoderrt.jobs import JobFailed, PairScores, embed_corpus
 from encoderrt.jobs.job import JobSettings, load_engine
 
-TEXTS = [*queries(1700, seed=11), *passages(300, seed=12)]
+TEXTS = [*queries(850, seed=11), *passages(150, seed=12)]
+SHARD_ROWS = 125
+"""The corpus in 8 shards."""
 random.Random(5).shuffle(TEXTS)
 
 
@@ -68,7 +70,7 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def whole_run(engine, corpus, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("whole") / "out"
-    summary = embed_corpus(corpus, out, engine=engine, id_field="doc", shard_rows=250)
+    summary = embed_corpus(corpus, out, engine=engine, id_field="doc", shard_rows=SHARD_ROWS)
     assert (summary.rows, summary.written, summary.rejected) == (len(TEXTS), len(TEXTS), 0)
     return out
 
@@ -164,7 +166,7 @@ def test_a_folder_of_another_job_or_of_other_files_is_refused(engine, corpus, wh
 
 def test_a_finished_job_rerun_computes_nothing(engine, corpus, whole_run):
     before = engine.stats.snapshot()["batches"]
-    summary = embed_corpus(corpus, whole_run, engine=engine, id_field="doc", shard_rows=250)
+    summary = embed_corpus(corpus, whole_run, engine=engine, id_field="doc", shard_rows=SHARD_ROWS)
     assert summary.rows == len(TEXTS) and engine.stats.snapshot()["batches"] == before
 
 
@@ -173,7 +175,8 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
     missing, and the shards finished before the kill are not computed again."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "encoderrt.cli", "embed", str(corpus), "-o", str(out), "--model",
-               str(minilm_fp32.path), "--id-field", "doc", "--shard-rows", "250", "--max-batch-tokens", "2048"]
+               str(minilm_fp32.path), "--id-field", "doc", "--shard-rows", str(SHARD_ROWS),
+               "--max-batch-tokens", "2048"]
     env = {**os.environ, "CI": "true"}
     kill_after = random.Random().randint(1, 5)
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -192,7 +195,7 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
 
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"resuming: {len(finished) * 250:,} of {len(TEXTS):,} rows" in rerun.stderr
+    assert f"resuming: {len(finished) * SHARD_ROWS:,} of {len(TEXTS):,} rows" in rerun.stderr
     assert all((out / name).stat().st_mtime_ns == modified for name, modified in kept.items())
     ids, vectors, tokens = read_output(out)
     whole_ids, whole_vectors, whole_tokens = read_output(whole_run)
