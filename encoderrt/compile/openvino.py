@@ -140,10 +140,11 @@ def computed_weight_matmuls(model) -> list[str]:
 
 
 def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.ndarray]], keep: list[str],
-                      smoothing: float | None = None) -> dict[str, int]:
+                      smoothing: float | None = None, seven_bit_weights: bool = False) -> dict[str, int]:
     """NNCF post-training int8 of the IR at `path`, calibrated on `batches`, leaving the MatMuls named in `keep`
-    and the attention itself in bf16; `smoothing` is SmoothQuant's alpha (None: NNCF's default). Returns the
-    new op counts."""
+    and the attention itself in bf16; `smoothing` is SmoothQuant's alpha (None: NNCF's default);
+    `seven_bit_weights` for a CPU without int8 dot products (runtime/cpu.py), whose kernels would saturate on
+    8-bit ones (NNCF's overflow fix on every layer; by default, on the first). Returns the new op counts."""
     ov = _openvino()
     try:
         import nncf
@@ -153,8 +154,7 @@ def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.nd
     model = ov.Core().read_model(str(path))
     ignored = nncf.IgnoredScope(names=[*keep, *computed_weight_matmuls(model)], types=["ScaledDotProductAttention"],
                                 validate=False)
-    # 7-bit weights on every layer where the CPU lacks int8 dot products (runtime/cpu.py); NNCF's default fixes the first
-    overflow = nncf.OverflowFix.FIRST_LAYER if int8_dot_products() else nncf.OverflowFix.ENABLE
+    overflow = nncf.OverflowFix.ENABLE if seven_bit_weights else nncf.OverflowFix.FIRST_LAYER
     advanced = nncf.AdvancedQuantizationParameters(overflow_fix=overflow)
     if smoothing is not None:
         advanced.smooth_quant_alphas = nncf.AdvancedSmoothQuantParameters(matmul=smoothing)
@@ -204,14 +204,14 @@ def build(build: Build, folder: Path) -> Manifest:
     return replace(manifest, parity=figures)
 
 
-def _int8_settings(exported: Path) -> Iterator[dict[str, Any]]:
+def _int8_settings(exported: Path, seven_bit_weights: bool) -> Iterator[dict[str, Any]]:
     """What each int8 attempt leaves in bf16 and how it smooths, in order; the fallback's names are read from the
     IR only if the first attempt misses the floor.
 
     A CPU without int8 dot products (7-bit weights) keeps the FFN down projections from the start: on an AVX2 EPYC
     all-MiniLM-L6-v2 without them missed the floor at every alpha (min cosine 0.960-0.974), and the tiny NomicBERT
     met it on the probes (0.991) but not on held-out text (0.975; 0.992 and 0.98+ with them kept)."""
-    if not int8_dot_products():
+    if seven_bit_weights:
         yield {"kept_nodes": ffn_down_projections(exported), "smooth_quant_alpha": SMOOTHING_ALPHA_7BIT}
         return
     yield {"kept_nodes": [], "smooth_quant_alpha": SMOOTHING_ALPHA}
@@ -229,12 +229,13 @@ def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -
 
     batches = calibration_batches(artifact_tokenizer(manifest, folder), build.source.task, len(manifest.adapters))
     attempts: list[dict[str, Any]] = []
-    for settings in _int8_settings(exported):
+    seven_bit = not int8_dot_products()
+    for settings in _int8_settings(exported, seven_bit):
         keep, smoothing = settings["kept_nodes"], settings["smooth_quant_alpha"]
         detail = "NNCF static int8, attention in bf16" + (f", {len(keep)} FFN down projections kept" if keep else
                                                           f", SmoothQuant alpha {smoothing}")
         with build.reporter.step("quantise", detail):
-            fused_ops = quantize_openvino(exported, folder / MODEL_FILE, batches, keep, smoothing)
+            fused_ops = quantize_openvino(exported, folder / MODEL_FILE, batches, keep, smoothing, seven_bit)
         figures, failures = build.verify(manifest, folder)
         attempts.append({**settings, "parity": figures, "failures": failures})
         if not failures:
