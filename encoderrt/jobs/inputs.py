@@ -2,7 +2,7 @@
 
 A `Position` (which file, where in it, how many rows came before) marks where a shard starts, so a shard can be
 read again without the rows before it: byte offsets for the line formats, row offsets for Parquet. The local job
-reads straight through; the Ray job plans shards from one pass on the driver and each read task reads its own.
+reads straight through; the Ray job plans shards from one pass on the driver and each actor reads the ones it runs.
 A row that cannot be embedded (missing field, not a string, empty, invalid UTF-8 or JSON) is still a row, with its
 problem, so ids and shard boundaries never depend on which rows were bad.
 """

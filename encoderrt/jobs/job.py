@@ -112,10 +112,7 @@ def _run_shards(corpus: Corpus, folder: OutputFolder, kind: Output, engine: Engi
         for shard in _shards(corpus, position, first, job.shard_rows, folder):
             _check_rows(shard, job, pending, folder, kind, corpus, progress)
             shard.started = time.perf_counter()
-            shard.order = shortest_first([row.values for row in shard.good])
-            for start in range(0, len(shard.order), CHUNK_ROWS):
-                values = [shard.good[i].values for i in shard.order[start: start + CHUNK_ROWS]]
-                shard.futures.append(pool.submit(engine.run, kind.request(values)))
+            shard.order, shard.futures = submit_rows(pool, engine, kind, [row.values for row in shard.good])
             pending.append(shard)
             while len(pending) > 1 or (pending and not pending[0].futures):
                 _write(pending.popleft(), folder, kind, corpus, job, progress)
@@ -185,17 +182,10 @@ def _check_rows(shard: _Shard, job: JobSettings, pending: deque[_Shard], folder:
 
 def _write(shard: _Shard, folder: OutputFolder, kind: Output, corpus: Corpus, job: JobSettings,
            progress: Progress) -> None:
-    value, row_tokens, tokens = None, None, 0
-    if shard.futures:
-        try:
-            completions = [future.result() for future in shard.futures]
-        except InvalidRequest as exc:
-            raise JobFailed(f"shard {shard.index} (rows {shard.start.row}-{shard.end.row - 1}): {exc}") from None
-        tokens = sum(c.prompt_tokens for c in completions)
-        inverse = np.argsort(shard.order)  # sorted position of each good row
-        value = in_order(joined([c.value for c in completions]), inverse)
-        counts = [n for c in completions for n in c.row_tokens]
-        row_tokens = [counts[i] for i in inverse] if len(counts) == len(shard.good) else None
+    try:
+        value, row_tokens, tokens = rows_answered(shard.order, shard.futures)
+    except InvalidRequest as exc:
+        raise JobFailed(f"shard {shard.index} (rows {shard.start.row}-{shard.end.row - 1}): {exc}") from None
     finished = FinishedShard(shard.index, shard.start, shard.end, len(shard.rows), shard.good,
                              [row for row in shard.rows if row.problem is not None], value, row_tokens, tokens)
     write_shard(finished, folder, kind, job, corpus.fields, time.perf_counter() - shard.started, progress)
@@ -230,10 +220,26 @@ def write_shard(shard: FinishedShard, folder: OutputFolder, kind: Output, job: J
     progress.shard(record)
 
 
-def shortest_first(values: list[tuple[str, ...]]) -> list[int]:
-    """Indices of the rows' values, shortest text (or pair) first: the order the engine gets them in, so that
-    neighbours in length share batches."""
-    return sorted(range(len(values)), key=lambda i: sum(map(len, values[i])))
+def submit_rows(pool: ThreadPoolExecutor, engine: Engine, kind: Output,
+                values: list[tuple[str, ...]]) -> tuple[list[int], list[Future]]:
+    """A shard's rows to the engine, shortest text (or pair) first so that neighbours in length share batches, in
+    requests of CHUNK_ROWS that `pool` keeps in flight: (the order sent, each request's future)."""
+    order = sorted(range(len(values)), key=lambda i: sum(map(len, values[i])))
+    return order, [pool.submit(engine.run, kind.request([values[i] for i in order[start: start + CHUNK_ROWS]]))
+                   for start in range(0, len(order), CHUNK_ROWS)]
+
+
+def rows_answered(order: list[int], futures: list[Future]) -> tuple[Any, list[int] | None, int]:
+    """submit_rows' answers back in the rows' order: (the kind's answer, or None for no rows; each row's tokens,
+    where the kind counts them; the prompt tokens)."""
+    if not futures:
+        return None, None, 0
+    completions = [future.result() for future in futures]
+    inverse = np.argsort(order)  # sorted position of each row
+    value = in_order(joined([c.value for c in completions]), inverse)
+    counts = [n for c in completions for n in c.row_tokens]
+    row_tokens = [counts[i] for i in inverse] if len(counts) == len(order) else None
+    return value, row_tokens, sum(c.prompt_tokens for c in completions)
 
 
 def joined(values: list[Any]) -> Any:

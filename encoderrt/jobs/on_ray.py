@@ -1,11 +1,14 @@
-"""The same job on Ray Data: shards read by Ray tasks, embedded by an actor pool of engines, written by the driver
-into the same output folder as the local job.
+"""The same job on Ray Data: shards read and embedded by an actor pool of engines, written by the driver into the
+same output folder as the local job.
 
 The driver compiles the model once (or takes the artifact folder given) and plans the shards in one pass over the
-inputs (positions, not rows, so memory stays flat); Ray reads each pending shard from its position, an actor pool
-of engines (each loading the artifact from the shared path and checking its manifest hash) runs the rows, and the
-driver gathers each shard's rows by row number and writes it whole. A task Ray retries may deliver a row twice:
-rows are keyed by their number, so the output never holds a duplicate, and a shard is written once.
+inputs (positions, not rows, so memory stays flat); each actor of the pool (loading the artifact from the shared
+path and checking its manifest hash) reads the shards it is given from their positions and runs their rows, and
+the driver gathers each shard's rows by row number and writes it whole. A shard Ray retries may deliver a row
+twice: rows are keyed by their number, so the output never holds a duplicate, and a shard is written once.
+
+The actors read their own shards: separate read tasks (no CPU reserved, so unbounded) had Ray start a worker
+process for each, and on a 2-core machine a 6-shard job spent 12 s starting 11 processes before its first row.
 """
 
 from __future__ import annotations
@@ -13,24 +16,32 @@ from __future__ import annotations
 import logging
 import pickle
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from encoderrt.jobs.inputs import Corpus, Position, Row
-from encoderrt.jobs.job import FinishedShard, JobSettings, job_engine_config, open_job, shortest_first, write_shard
+from encoderrt.jobs.job import (
+    IN_FLIGHT,
+    FinishedShard,
+    JobSettings,
+    job_engine_config,
+    open_job,
+    rows_answered,
+    submit_rows,
+    write_shard,
+)
 from encoderrt.jobs.outputs import Output
 from encoderrt.jobs.placement import RayPlacement
 from encoderrt.jobs.progress import Progress, Summary
 from encoderrt.jobs.shards import manifest_hash
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import read_manifest
-
-ROWS_PER_BATCH = 256
-"""Rows an actor gets at once: enough for length-sorted batches, few enough for the driver to gather shards as
-they finish."""
 
 
 @dataclass
@@ -72,17 +83,17 @@ def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model
     actors = placement.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // placement.cpus_per_actor)
     tokens = 0
     try:
-        if plan:
+        specs = [{"shard": p.index, "start": list(p.start), "rows": p.rows} for p in plan if p.good]
+        answers = ()  # every pending row rejected: nothing goes to Ray
+        if specs:
             engine_config = replace(job_engine_config(job, config), intra_op_threads=placement.cpus_per_actor)
-            specs = [{"shard": p.index, "start": list(p.start), "rows": p.rows} for p in plan]
-            rows = ray.data.from_items(specs, override_num_blocks=len(specs)).flat_map(
-                _ShardReader(corpus), num_cpus=0)
-            answers = rows.map_batches(
-                _Embedder, fn_constructor_args=(str(artifact), manifest_hash(artifact), kind, engine_config,
-                                                job.include_text),
-                batch_size=ROWS_PER_BATCH, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),
-                num_cpus=placement.cpus_per_actor)  # Ray Data restarts a lost actor and retries its batches
-            tokens = _gather(answers, plan, folder, kind, job, corpus, progress)
+            answers = ray.data.from_items(specs, override_num_blocks=len(specs)).map_batches(
+                _ShardEmbedder, fn_constructor_args=(corpus, str(artifact), manifest_hash(artifact), kind,
+                                                     engine_config, job.include_text),
+                batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=placement.cpus_per_actor  # Ray Data restarts a lost actor and retries its shard
+            ).iter_batches(batch_format="pyarrow", batch_size=None)
+        tokens = _gather(answers, plan, folder, kind, job, corpus, progress)
         folder.finish(sum(r.rows for r in folder.shards.values()))
     finally:
         progress.stop()
@@ -113,57 +124,45 @@ def _plan(corpus: Corpus, done: dict[int, Any], size: int, position: Position) -
     return plan
 
 
-class _ShardReader:
-    """A Ray task's read of one shard: its good rows, each tagged with its shard and number."""
+class _ShardEmbedder:
+    """One engine in a Ray actor, loaded from the shared artifact path once its manifest hash is the driver's; it
+    reads each shard it is given from its position in the shared inputs and embeds the shard's good rows."""
 
-    def __init__(self, corpus: Corpus):
-        self.corpus = corpus
-
-    def __call__(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
-        for count, (row, _) in enumerate(self.corpus.rows(Position(*spec["start"]))):
-            if count == spec["rows"]:
-                break
-            if row.problem is None:
-                out.append({"shard": spec["shard"], "row": row.row, "id": pickle.dumps(row.id),
-                            "values": list(row.values)})
-        return out
-
-
-class _Embedder:
-    """One engine in a Ray actor, loaded from the shared artifact path once its manifest hash is the driver's."""
-
-    def __init__(self, artifact: str, expected_hash: str, kind: Output, config: EngineConfig, keep_text: bool):
+    def __init__(self, corpus: Corpus, artifact: str, expected_hash: str, kind: Output, config: EngineConfig,
+                 keep_text: bool):
         from encoderrt.runtime import Engine
 
         found = manifest_hash(Path(artifact))
         if found != expected_hash:
             raise RuntimeError(f"the artifact at {artifact} on this node is not the driver's (manifest sha256 "
                                f"{found[:12]}, expected {expected_hash[:12]}): share one path or copy it whole")
-        self.engine, self.kind, self.keep_text = Engine.load(artifact, config), kind, keep_text
+        self.corpus, self.kind, self.keep_text = corpus, kind, keep_text
+        self.engine = Engine.load(artifact, config)
 
-    def __call__(self, batch):
+    def __call__(self, specs):
         import pyarrow as pa
 
-        values = [tuple(v) for v in batch.column("values").to_pylist()]
-        order = shortest_first(values)
-        completion = self.engine.run(self.kind.request([values[i] for i in order]))
-        answers = completion.value
-        counts = completion.row_tokens if len(completion.row_tokens) == len(values) else (-1,) * len(values)
-        payload, tokens = [None] * len(values), [0] * len(values)
-        for sorted_at, i in enumerate(order):
-            payload[i] = pickle.dumps(answers[sorted_at])
-            tokens[i] = counts[sorted_at]
-        columns = {"shard": batch.column("shard"), "row": batch.column("row"), "id": batch.column("id"),
-                   "answer": pa.array(payload, pa.binary()), "tokens": pa.array(tokens, pa.int32())}
+        (spec,) = specs.to_pylist()
+        shard = islice(self.corpus.rows(Position(*spec["start"])), spec["rows"])
+        rows = [row for row, _ in shard if row.problem is None]  # the driver writes the rejected ones
+        values = [row.values for row in rows]
+        with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="encoderrt-job") as pool:
+            answers, counts, _ = rows_answered(*submit_rows(pool, self.engine, self.kind, values))
+        payload = [pickle.dumps(answer) for answer in (() if answers is None else answers)]
+        columns = {"shard": pa.array([spec["shard"]] * len(rows), pa.int64()),
+                   "row": pa.array([row.row for row in rows], pa.int64()),
+                   "id": pa.array([pickle.dumps(row.id) for row in rows], pa.binary()),
+                   "answer": pa.array(payload, pa.binary()),
+                   "tokens": pa.array(counts or [-1] * len(rows), pa.int32())}
         if self.keep_text:
-            columns["values"] = batch.column("values")
+            columns["values"] = pa.array([list(v) for v in values], pa.list_(pa.string()))
         return pa.table(columns)
 
 
-def _gather(answers, plan: list[_Planned], folder, kind: Output, job: JobSettings, corpus: Corpus,
+def _gather(answers: Iterable[Any], plan: list[_Planned], folder, kind: Output, job: JobSettings, corpus: Corpus,
             progress: Progress) -> int:
-    """Rows into their shards, each shard written once it is whole; the tokens computed."""
+    """Rows (pyarrow tables of `_ShardEmbedder`'s columns) into their shards, each shard written once it is whole;
+    the tokens computed."""
     planned = {p.index: p for p in plan}
     waiting: dict[int, dict[int, tuple[Any, ...]]] = {p.index: {} for p in plan if p.good}
     started = time.perf_counter()
@@ -171,7 +170,7 @@ def _gather(answers, plan: list[_Planned], folder, kind: Output, job: JobSetting
         if not p.good:  # every row rejected: nothing goes to Ray
             _finish(p, {}, folder, kind, job, corpus, progress, started)
     tokens = 0
-    for table in answers.iter_batches(batch_format="pyarrow", batch_size=None):
+    for table in answers:
         columns = table.to_pydict()
         texts = columns.get("values") or [()] * table.num_rows
         for shard, row, identity, answer, count, text in zip(columns["shard"], columns["row"], columns["id"],
