@@ -8,6 +8,7 @@ import pytest
 
 from encoderrt.bench import baseline, workloads
 from encoderrt.bench.flops import flops_per_token, matmul_weights
+from encoderrt.cli import main
 from encoderrt.runtime.manifest import ModelShape
 
 
@@ -70,15 +71,18 @@ def test_user_texts(tmp_path):
         workloads.read_texts(jsonl)
 
 
-def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path):
+def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path, capsys):
+    """In this process first (cli.main: PyTorch and sentence-transformers are imported already), then the
+    console script with --check."""
+
     out = tmp_path / "report"
-    command = [sys.executable, "-m", "encoderrt.cli", "bench", str(tiny_artifacts["st-cls"]), "--workload", "passages",
-               "--duration", "0.3", "--scale", "0.1", "--max-batch-tokens", "256", "--out", str(out)]
-    run = subprocess.run(command + ["--reference", "--mode", "both", "--concurrency", "1,4",
-                                    "--write-baseline", str(tmp_path / "baseline.json")],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "[1/" in run.stderr and "passages: engine, 4 clients, round 1:" in run.stderr  # a line per measurement
+    arguments = ["bench", str(tiny_artifacts["st-cls"]), "--workload", "passages", "--duration", "0.3", "--scale",
+                 "0.1", "--max-batch-tokens", "256", "--out", str(out)]
+    code = main(arguments + ["--reference", "--mode", "both", "--concurrency", "1,4",
+                             "--write-baseline", str(tmp_path / "baseline.json")])
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    assert "[1/" in err and "passages: engine, 4 clients, round 1:" in err  # a line per measurement
     report = json.loads((out / "report.json").read_text())
     assert {r["mode"] for r in report["results"]} == {"engine", "http"}
     assert [r["concurrency"] for r in report["results"]] == [1, 4, 1, 4]
@@ -103,8 +107,8 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path):
     impossible = tmp_path / "impossible.json"  # one figure that needs no reference, far too fast
     baseline.write_baseline(impossible, {"passages/engine/c1/vs_backend": written["passages/engine/c1/vs_backend"] * 100},
                             "far too fast")
-    check = subprocess.run(command + ["--mode", "engine", "--concurrency", "1", "--check", str(impossible)],
-                           capture_output=True, text=True, timeout=300)
+    check = subprocess.run([sys.executable, "-m", "encoderrt.cli", *arguments, "--mode", "engine", "--concurrency", "1",
+                            "--check", str(impossible)], capture_output=True, text=True, timeout=300)
     assert check.returncode == 1 and "REGRESSION" in check.stdout and "performance regression" in check.stderr
 
 
@@ -260,7 +264,6 @@ def test_a_missing_sentence_transformers_backend_is_one_line_naming_its_install(
     """sentence-transformers itself raises a bare Exception without optimum; the bench says what to install, with
     the extra's brackets intact (rich markup once swallowed `[openvino]`)."""
     from encoderrt.bench import references
-    from encoderrt.cli import main
 
     monkeypatch.setattr(references, "_installed", lambda module: not module.startswith("optimum"))
     code = main(["bench", str(tiny_artifacts["st-cls"]), "--workload", "passages", "--concurrency", "1", "--duration",
@@ -304,7 +307,7 @@ def test_the_backend_alone_keeps_every_stream_busy_across_passes(tiny_artifacts,
     assert backend.most_at_once == 2
 
 
-def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, compile_artifact, tmp_path):
+def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, compile_artifact, tmp_path, capsys):
     """A ColBERT model's rerank workload runs MaxSim in the engine and through /rerank, its reference is
     MultiVectorEncoder's encode_query / encode_document and its own similarity on the same lists; passages run as
     document vectors (vLLM's /pooling token_embed over HTTP)."""
@@ -312,10 +315,10 @@ def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, 
 
     artifact = compile_artifact(tm.colbert_folder(tiny_dir / "bench-colbert"), tmp_path / "colbert").path
     out = tmp_path / "report"
-    run = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", str(artifact), "--mode", "both",
-                          "--concurrency", "1", "--duration", "0.3", "--scale", "0.1", "--reference", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+
+    code = main(["bench", str(artifact), "--mode", "both", "--concurrency", "1", "--duration", "0.3", "--scale", "0.1",
+                 "--reference", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert {(r["workload"], r["mode"]) for r in report["results"]} == {
         (w, m) for w in ("queries", "passages", "rerank") for m in ("engine", "http")}

@@ -170,9 +170,11 @@ def test_a_finished_job_rerun_computes_nothing(engine, corpus, whole_run):
     assert summary.rows == len(TEXTS) and engine.stats.snapshot()["batches"] == before
 
 
-def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corpus, whole_run, tmp_path):
-    """The job killed at a random finished shard, rerun with the same command: the same rows, none twice, none
-    missing, and the shards finished before the kill are not computed again."""
+def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corpus, whole_run, tmp_path, capsys):
+    """The job killed at a random finished shard, rerun with the same command (in this process: cli.main): the same
+    rows, none twice, none missing, and the shards finished before the kill are not computed again."""
+    from encoderrt.cli import main
+
     out = tmp_path / "out"
     command = [sys.executable, "-m", "encoderrt.cli", "embed", str(corpus), "-o", str(out), "--model",
                str(minilm_fp32.path), "--id-field", "doc", "--shard-rows", str(SHARD_ROWS),
@@ -193,9 +195,10 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
     assert len(finished) >= kill_after and not json.loads((out / "job.json").read_text())["complete"]
     kept = {name: (out / name).stat().st_mtime_ns for s in finished.values() for name in s["files"]}
 
-    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    assert f"resuming: {len(finished) * SHARD_ROWS:,} of {len(TEXTS):,} rows" in rerun.stderr
+    code = main(command[3:])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"resuming: {len(finished) * SHARD_ROWS:,} of {len(TEXTS):,} rows" in err
     assert all((out / name).stat().st_mtime_ns == modified for name, modified in kept.items())
     ids, vectors, tokens = read_output(out)
     whole_ids, whole_vectors, whole_tokens = read_output(whole_run)
