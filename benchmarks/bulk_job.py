@@ -46,14 +46,15 @@ def throughput(args: argparse.Namespace) -> None:
     raw = RawBackend(artifact, read_manifest(artifact), Workload("corpus", [], texts, []), budget)
     chunks = [EmbedRequest(texts[i: i + 16]) for i in range(0, len(texts), 16)]
     rates: dict[str, list[float]] = {"backend alone": [], "job": [], "http x32": []}
-    with served(artifact, budget) as url:
-        run_http(url, Workload("passages", chunks[:64], [], []), 32, 2.0)  # warm-up
+    with served(artifact, budget) as server:
+        run_http(server.url, Workload("passages", chunks[:64], [], []), 32, 2.0)  # warm-up
         for round_ in range(args.rounds):
             rates["backend alone"].append(raw.run(args.seconds))
             out = work / f"out-{round_}"
             summary = embed_corpus(corpus, out, engine=engine, id_field="id")
             rates["job"].append(summary.tokens_per_second)
-            rates["http x32"].append(run_http(url, Workload("passages", chunks, [], []), 32, args.seconds).tokens_per_s)
+            rates["http x32"].append(run_http(server.url, Workload("passages", chunks, [], []), 32,
+                                              args.seconds).tokens_per_s)
             print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
     engine.close()
     median = {k: statistics.median(v) for k, v in rates.items()}

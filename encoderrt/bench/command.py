@@ -115,8 +115,10 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes)) + len(references)
     progress = _Progress(console, len(chosen) * options.repeat * per_round)
     with progress, contextlib.ExitStack() as stack:
-        url = options.url or (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
-                              if "http" in options.modes else None)
+        server = (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
+                  if "http" in options.modes and not options.url else None)
+        url = options.url or (server.url if server else None)
+        server_cpu = server.cpu_seconds if server else None
         for workload in chosen:
             progress.step(f"{workload.name}: warm-up")
             _warm_up(engine, url, workload, max(options.concurrency), options.modes)
@@ -131,9 +133,12 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                             run = runners.run_engine(engine, workload, concurrency, options.duration)
                         else:
                             assert url is not None
-                            run = runners.run_http(url, workload, concurrency, options.duration)
+                            run = runners.run_http(url, workload, concurrency, options.duration, server_cpu)
                         report.measurement(workload.name, mode, concurrency).runs.append(run)
-                        progress.done(label, f"{run.tokens_per_s:.0f} tokens/s")
+                        spent = run.server_cpu_ms_per_request
+                        progress.done(label, f"{run.tokens_per_s:.0f} tokens/s"
+                                      + (f", server CPU {spent.process:.2f} ms a request ({spent.loop:.2f} ms on its "
+                                         "event loop)" if spent is not None else ""))
                         if raw is not None and mode == "engine":  # right after the engine, so drift hits both alike
                             label = f"{workload.name}: backend alone, after {concurrency} clients, round {round_}"
                             progress.step(label)

@@ -48,6 +48,12 @@ class Measurement:
     def rates(self) -> list[float]:
         return [r.tokens_per_s for r in self.runs]
 
+    def server_cpu_ms_per_request(self, part: str) -> float | None:
+        """The median over rounds of the server's CPU per request, the process's or its event loop's (`part`), in
+        HTTP runs of a server the bench started."""
+        figures = [getattr(r.server_cpu_ms_per_request, part) for r in self.runs if r.server_cpu_s is not None]
+        return statistics.median(figures) if figures else None
+
 
 @dataclass
 class Report:
@@ -86,6 +92,8 @@ class Report:
             "tokens_per_s": run.tokens_per_s, "items_per_s": run.items_per_s,
             "p50_ms": percentile_ms(run.latencies, 50), "p95_ms": percentile_ms(run.latencies, 95),
             "p99_ms": percentile_ms(run.latencies, 99), "padding_efficiency": run.padding_efficiency,
+            "requests": run.requests, "server_cpu_ms_per_request": m.server_cpu_ms_per_request("process"),
+            "server_loop_cpu_ms_per_request": m.server_cpu_ms_per_request("loop"),
             "ratio_to_reference": vs.get("torch"),
             "ratios_to_references": vs,
             "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode == "http" else None,
@@ -147,17 +155,20 @@ class Report:
             "Figures are medians over alternating rounds.",
             "",
             "| workload | mode | clients | tokens/s | items/s | p50 ms | p95 ms | p99 ms | padding eff. | "
-            + " | ".join(f"× {k}" for k in kinds) + (" | " if kinds else "") + "× engine | engine eff. | of ceiling |",
-            "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(kinds) + 3),
+            + " | ".join(f"× {k}" for k in kinds) + (" | " if kinds else "")
+            + "× engine | engine eff. | of ceiling | server CPU ms/request | of it, event loop |",
+            "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(kinds) + 5),
         ]
         for measurement in self.measurements:
             r = self.row(measurement)
             ceiling = fmt(None if r["ceiling_fraction"] is None else r["ceiling_fraction"] * 100, 0)
+            ceiling += "%" if r["ceiling_fraction"] else ""
             lines.append(
                 f"| {r['workload']} | {r['mode']} | {r['concurrency']} | {r['tokens_per_s']:.0f} | {r['items_per_s']:.1f} | "
                 f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {fmt(r['padding_efficiency'], 3)} | "
                 + "".join(f"{fmt(r['ratios_to_references'].get(k))} | " for k in kinds)
-                + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling}{'%' if r['ceiling_fraction'] else ''} |")
+                + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling} | "
+                  f"{fmt(r['server_cpu_ms_per_request'])} | {fmt(r['server_loop_cpu_ms_per_request'])} |")
         for workload in self.raw:
             share = self.backend_ceiling_fraction(workload)
             lines += ["", f"Backend alone, {workload}: {self.backend_alone(workload):.0f} tokens/s"

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import collections
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
@@ -33,16 +34,34 @@ from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, re
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 
+class ServerCpu(NamedTuple):
+    """User + system CPU time of the server process: all of it, and its event loop's thread alone (HTTP, validation,
+    tokenising short requests, encoding replies: the cost a request adds beyond the backend's batches)."""
+
+    process: float
+    loop: float
+
+
 @dataclass
 class RunResult:
     workload: str
     mode: str
     concurrency: int
+    requests: int = 0
     items: int = 0
     tokens: int = 0
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     padding_efficiency: float | None = None
+    server_cpu_s: ServerCpu | None = None
+    """The server's CPU time during an HTTP run; None where the bench did not start the server (`--url`) or cannot
+    read it (not Linux)."""
+
+    @property
+    def server_cpu_ms_per_request(self) -> ServerCpu | None:
+        if self.server_cpu_s is None or not self.requests:
+            return None
+        return ServerCpu(*(seconds * 1000 / self.requests for seconds in self.server_cpu_s))
 
     @property
     def tokens_per_s(self) -> float:
@@ -89,6 +108,7 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
             finally:
                 idle.append(index)  # also after a failure, so the other clients never find the deque empty
             result.latencies.append(time.perf_counter() - start)
+            result.requests += 1
             result.tokens += tokens
             result.items += items_of(request)
 
@@ -140,9 +160,10 @@ def _usage_tokens(body: dict[str, Any]) -> int:
     return int(usage.get("prompt_tokens", usage.get("total_tokens", 0)))
 
 
-def run_http(url: str, workload: Workload, concurrency: int, duration: float) -> RunResult:
+def run_http(url: str, workload: Workload, concurrency: int, duration: float,
+             server_cpu: Callable[[], ServerCpu | None] | None = None) -> RunResult:
     """`concurrency` clients, each on its own keep-alive connection (bench/http_client.py: httpx's own CPU would
-    be measured with the server's)."""
+    be measured with the server's); `server_cpu` reads the server's CPU seconds so far (Server.cpu_seconds)."""
 
     async def main() -> RunResult:
         idle = [Connection(url) for _ in range(concurrency)]
@@ -170,7 +191,12 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float) ->
         finally:
             await asyncio.gather(*(connection.close() for connection in idle))
 
-    return asyncio.run(main())
+    before = server_cpu() if server_cpu else None
+    result = asyncio.run(main())
+    after = server_cpu() if server_cpu else None
+    if before is not None and after is not None:
+        result.server_cpu_s = ServerCpu(*(b - a for a, b in zip(before, after)))
+    return result
 
 
 def _free_port() -> int:
@@ -179,8 +205,33 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Server:
+    """The server the bench started: its URL and its process, whose CPU time each HTTP run reads."""
+
+    url: str
+    pid: int
+
+    def cpu_seconds(self) -> ServerCpu | None:
+        """CPU seconds so far, the process's and its main thread's (where uvicorn runs the event loop), from /proc;
+        None where there is none."""
+        try:
+            return ServerCpu(_cpu_seconds(Path(f"/proc/{self.pid}/stat")),
+                             _cpu_seconds(Path(f"/proc/{self.pid}/task/{self.pid}/stat")))
+        except OSError:
+            return None
+
+
+def _cpu_seconds(stat: Path) -> float:
+    fields = stat.read_text().rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime: fields 14 and 15 of proc(5)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 @contextmanager
-def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Iterator[str]:
+def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Iterator[Server]:
     """`encoderrt serve ARTIFACT` on a free loopback port; stopped on exit, also on failure or Ctrl-C."""
     import httpx
 
@@ -203,7 +254,7 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
             if time.monotonic() > deadline:
                 raise RuntimeError("encoderrt serve did not become healthy in time")
             time.sleep(0.1)
-        yield url
+        yield Server(url, process.pid)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -1,8 +1,10 @@
 """encoderrt bench: FLOPs arithmetic, baseline logic, workloads, and a short real run end to end."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -89,6 +91,15 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path, cap
     for row in report["results"]:
         assert row["tokens_per_s"] > 0 and row["items"] > 0 and row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
         assert row["ratio_to_reference"] > 0 and 0 < row["ceiling_fraction"]
+        assert 0 < row["requests"] < row["items"]  # passages: several texts a request
+        # the server's CPU a request, from its process's CPU time: at most the cores' time a request took (plus the
+        # clock tick /proc counts in), its event loop's a part of it
+        cpu, loop = row["server_cpu_ms_per_request"], row["server_loop_cpu_ms_per_request"]
+        if row["mode"] == "engine":
+            assert cpu is None and loop is None
+        else:
+            most = (row["seconds"] * report["cpu"]["cores"] + 0.02) * 1000 / row["requests"]
+            assert 0 < loop <= cpu <= most, row
         assert row["ratio_to_reference"] == row["ratios_to_references"]["torch"]
     assert report["results"][0]["padding_efficiency"] > 0.5
     engine_rows = [r for r in report["results"] if r["mode"] == "engine"]
@@ -110,6 +121,35 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path, cap
     check = subprocess.run([sys.executable, "-m", "encoderrt.cli", *arguments, "--mode", "engine", "--concurrency", "1",
                             "--check", str(impossible)], capture_output=True, text=True, timeout=300)
     assert check.returncode == 1 and "REGRESSION" in check.stdout and "performance regression" in check.stderr
+
+
+def test_a_servers_cpu_time_is_its_process_and_main_thread_time():
+    """Server.cpu_seconds reads /proc: this process's own, against time.process_time and time.thread_time over a
+    busy loop in the main thread while another thread is busy too."""
+    import threading
+
+    from encoderrt.bench.runners import Server
+
+    assert threading.current_thread() is threading.main_thread()
+    me, stop = Server("http://unused", os.getpid()), threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    other = threading.Thread(target=spin)
+    before, process_before, thread_before = me.cpu_seconds(), time.process_time(), time.thread_time()
+    other.start()
+    while time.thread_time() - thread_before < 0.3:
+        sum(range(10_000))
+    stop.set()
+    other.join()
+    after = me.cpu_seconds()
+    process_spent, thread_spent = time.process_time() - process_before, time.thread_time() - thread_before
+    # /proc counts in clock ticks (10 ms)
+    assert abs((after.process - before.process) - process_spent) <= 0.03, (before, after, process_spent)
+    assert abs((after.loop - before.loop) - thread_spent) <= 0.03, (before, after, thread_spent)
+    assert Server("http://unused", 2**22 + 1).cpu_seconds() is None  # above pid_max: no such process
 
 
 def test_bench_refuses_bad_arguments(tmp_path):

@@ -19,9 +19,9 @@ def test_a_cold_server_answers_its_first_concurrent_requests(tiny_models, compil
     artifact = compile_artifact(tiny_models["st-cls"], tmp_path / "ov", target="openvino", precision="fp32").path
     texts = workloads.passages(64, seed=5)
     for _ in range(2):  # a fresh server each time: the race is at a process's first runs
-        with served(artifact, max_batch_tokens=128) as url, ThreadPoolExecutor(8) as pool:
+        with served(artifact, max_batch_tokens=128) as server, ThreadPoolExecutor(8) as pool:
             bodies = [{"input": texts[i::8]} for i in range(8)]
-            responses = list(pool.map(lambda b: httpx.post(f"{url}/v1/embeddings", json=b, timeout=60), bodies))
+            responses = list(pool.map(lambda b: httpx.post(f"{server.url}/v1/embeddings", json=b, timeout=60), bodies))
         assert [r.status_code for r in responses] == [200] * 8
         assert all(len(r.json()["data"]) == 8 for r in responses)
 
