@@ -92,8 +92,13 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
 def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, user_texts: list[str] | None,
              console: Console) -> Report:
     info, manifest = engine.info, engine.manifest
-    chosen = [w for w in (workloads.build(n, info.task, user_texts, options.scale, max(options.concurrency))
-                          for n in options.workloads) if w]
+    chosen: list[Workload] = []
+    for name in options.workloads:
+        workload = workloads.build(name, info.task, user_texts, options.scale, max(options.concurrency))
+        if workload is not None:
+            chosen.append(workload)
+            if name == "queries" and (batched := workloads.batched_queries(workload, max(options.concurrency))):
+                chosen.append(batched)
     references = _references(options, manifest, info) if options.references else []
     cpu = ceiling.cpu_description()
     report = Report(
@@ -112,8 +117,8 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                                flags=cpu["flags"], target=manifest.target)
 
     report.ceilings = ceilings()
-    per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes)) + len(references)
-    progress = _Progress(console, len(chosen) * options.repeat * per_round)
+    per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes))
+    progress = _Progress(console, options.repeat * sum(per_round + len(_references_for(w, references)) for w in chosen))
     with progress, contextlib.ExitStack() as stack:
         server = (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
                   if "http" in options.modes and not options.url else None)
@@ -145,7 +150,8 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                             rate = raw.run(options.duration / 2)
                             report.raw.setdefault(workload.name, {}).setdefault(concurrency, []).append(rate)
                             progress.done(label, f"{rate:.0f} tokens/s")
-                for reference in references:  # after the engine: torch's idle threads keep spinning for a while
+                # after the engine: torch's idle threads keep spinning for a while
+                for reference in _references_for(workload, references):
                     label = f"{workload.name}: sentence-transformers {reference.kind}, round {round_}"
                     progress.step(label)
                     result = reference.run(workload, tokens)
@@ -157,6 +163,11 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     report.ceilings = ceiling.best(report.ceilings, ceilings())  # measured before and after, the better counts
     report.measurements.sort(key=lambda m: (options.modes.index(m.mode), [w.name for w in chosen].index(m.workload), m.concurrency))
     return report
+
+
+def _references_for(workload: Workload, references: list[Reference]) -> list[Reference]:
+    """The batched queries are the queries' texts: their reference is the queries'."""
+    return [] if workload.name == workloads.BATCHED_QUERIES else references
 
 
 def _warm_up(engine: Engine, url: str | None, workload: Workload, concurrency: int, modes: Sequence[str]) -> None:

@@ -20,6 +20,7 @@ from encoderrt.bench import plots
 from encoderrt.bench.ceiling import Ceiling
 from encoderrt.bench.references import ReferenceResult
 from encoderrt.bench.runners import RunResult
+from encoderrt.bench.workloads import BATCHED_QUERIES
 
 
 def percentile_ms(latencies: list[float], q: float) -> float:
@@ -81,7 +82,8 @@ class Report:
 
     def row(self, m: Measurement) -> dict[str, Any]:
         run = m.median
-        references = self.references.get(m.workload, {})
+        # the batched queries are the queries' texts: the queries' reference passes are theirs too
+        references = self.references.get("queries" if m.workload == BATCHED_QUERIES else m.workload, {})
         engine = next((e for e in self.measurements if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
         ceiling = self.ceiling_for(self.model["precision"])
         achieved = run.tokens_per_s * self.flops_per_token.get(m.workload, 0.0) / 1e9
@@ -97,11 +99,20 @@ class Report:
             "ratio_to_reference": vs.get("torch"),
             "ratios_to_references": vs,
             "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode == "http" else None,
+            "ratio_to_batched": self._ratio_to_batched(m),
             "engine_efficiency": _median_ratio(m.rates, self.raw.get(m.workload, {}).get(m.concurrency, []))
             if m.mode == "engine" else None,
             "achieved_gflops": achieved,
             "ceiling_fraction": achieved / ceiling.gflops if ceiling else None,
         }
+
+    def _ratio_to_batched(self, m: Measurement) -> float | None:
+        """One-text queries against the same texts in batched requests, same mode and clients (tokens/s)."""
+        if m.workload != "queries":
+            return None
+        batched = next((b for b in self.measurements
+                        if (b.workload, b.mode, b.concurrency) == (BATCHED_QUERIES, m.mode, m.concurrency)), None)
+        return _median_ratio(m.rates, batched.rates) if batched else None
 
     def backend_alone(self, workload: str) -> float | None:
         rates = [rate for per_round in self.raw.get(workload, {}).values() for rate in per_round]
@@ -122,7 +133,8 @@ class Report:
             for kind, value in row["ratios_to_references"].items():
                 if value is not None:
                     ratios[f"{key}/vs_reference" if kind == "torch" else f"{key}/vs_{kind}"] = round(value, 4)
-            for name, value in (("vs_engine", row["ratio_to_engine"]), ("vs_backend", row["engine_efficiency"])):
+            for name, value in (("vs_engine", row["ratio_to_engine"]), ("vs_backend", row["engine_efficiency"]),
+                                ("vs_batched", row["ratio_to_batched"])):
                 if value is not None:
                     ratios[f"{key}/{name}"] = round(value, 4)
         return ratios
@@ -169,6 +181,11 @@ class Report:
                 + "".join(f"{fmt(r['ratios_to_references'].get(k))} | " for k in kinds)
                 + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling} | "
                   f"{fmt(r['server_cpu_ms_per_request'])} | {fmt(r['server_loop_cpu_ms_per_request'])} |")
+        batched = [(r["mode"], r["concurrency"], r["ratio_to_batched"]) for r in map(self.row, self.measurements)
+                   if r["ratio_to_batched"] is not None]
+        if batched:
+            lines += ["", "One-text queries against the same texts in batched requests (tokens/s): " + ", ".join(
+                f"{mode} at {clients} client{'s' * (clients != 1)} {ratio:.2f}×" for mode, clients, ratio in batched)]
         for workload in self.raw:
             share = self.backend_ceiling_fraction(workload)
             lines += ["", f"Backend alone, {workload}: {self.backend_alone(workload):.0f} tokens/s"

@@ -22,6 +22,8 @@ from encoderrt.runtime.tasks import (
 )
 
 WORKLOADS = ("queries", "passages", "rerank")
+BATCHED_QUERIES = "queries-batched"
+"""The queries workload's texts sent PASSAGES_PER_REQUEST a request: what one-text requests are measured against."""
 PASSAGES, PASSAGES_PER_REQUEST = 256, 16
 RERANK_LISTS = 12
 MIN_DOCUMENTS, MAX_DOCUMENTS = 32, 100
@@ -166,3 +168,21 @@ def build(name: str, task: str, user_texts: list[str] | None = None, scale: floa
             return Workload(name, requests, [t for c in cases for t in (c.query, *c.documents)], [])
         return Workload(name, requests, [], [(c.query, d) for c in cases for d in c.documents])
     raise ValueError(f"unknown workload '{name}'; choose from {', '.join(WORKLOADS)} or all")
+
+
+def batched_queries(single: Workload, min_requests: int = 1) -> Workload | None:
+    """The queries workload's very texts, PASSAGES_PER_REQUEST a request (fewer where the clients need more
+    requests): the same work as a client that batches its queries, the yardstick of one-text requests. None for a
+    cross-encoder, whose queries are (query, document) pairs of their own."""
+    requests = single.requests
+    if not requests or isinstance(requests[0], ScoreRequest):
+        return None
+    texts = [t for r in requests for t in r.texts]
+    size = max(1, min(PASSAGES_PER_REQUEST, len(texts) // min_requests))
+    chunks = [texts[i : i + size] for i in range(0, len(texts), size)]
+    first = requests[0]
+    if isinstance(first, MultiVectorRequest):
+        batched: list[Request] = [MultiVectorRequest(c, side=first.side) for c in chunks]
+    else:
+        batched = [type(first)(c) for c in chunks]
+    return Workload(BATCHED_QUERIES, batched, single.reference_texts, single.reference_pairs)

@@ -152,6 +152,25 @@ def test_a_servers_cpu_time_is_its_process_and_main_thread_time():
     assert Server("http://unused", 2**22 + 1).cpu_seconds() is None  # above pid_max: no such process
 
 
+def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artifacts, tmp_path, capsys):
+    out = tmp_path / "report"
+    code = main(["bench", str(tiny_artifacts["st-cls"]), "--workload", "queries", "--mode", "both", "--concurrency",
+                 "1,4", "--duration", "0.2", "--scale", "0.1", "--max-batch-tokens", "256", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    rows = {(r["workload"], r["mode"], r["concurrency"]): r for r in report["results"]}
+    assert set(rows) == {(w, m, c) for w in ("queries", "queries-batched") for m in ("engine", "http") for c in (1, 4)}
+    for (workload, mode, clients), row in rows.items():
+        if workload == "queries-batched":
+            assert row["ratio_to_batched"] is None and row["items"] == 16 * row["requests"]
+            continue
+        assert row["items"] == row["requests"]  # one text a request
+        batched = rows[("queries-batched", mode, clients)]
+        assert row["ratio_to_batched"] == pytest.approx(row["tokens_per_s"] / batched["tokens_per_s"])  # one round
+        assert report["ratios"][f"queries/{mode}/c{clients}/vs_batched"] == round(row["ratio_to_batched"], 4)
+    assert "One-text queries against the same texts in batched requests" in (out / "report.md").read_text()
+
+
 def test_bench_refuses_bad_arguments(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60)
@@ -179,6 +198,24 @@ def test_more_clients_split_a_pass_instead_of_growing_it():
     assert [len(r.texts) for r in workloads.build("passages", "embed", min_requests=8).requests] == [16] * 16
     rerank = workloads.build("rerank", "embed", min_requests=8)
     assert len(rerank.requests) == 12 and all(32 <= len(r.documents) <= 100 for r in rerank.requests)
+
+
+def test_batched_queries_are_the_queries_texts_sixteen_a_request():
+    from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest
+
+    for task, kind in (("embed", EmbedRequest), ("classify", ClassifyRequest), ("multi_vector", MultiVectorRequest)):
+        single = workloads.build("queries", task, min_requests=32)
+        batched = workloads.batched_queries(single, 32)
+        assert [len(r.texts) for r in single.requests] == [1] * 512
+        assert [len(r.texts) for r in batched.requests] == [16] * 32 and {type(r) for r in batched.requests} == {kind}
+        assert [t for r in batched.requests for t in r.texts] == [r.texts[0] for r in single.requests]
+        assert batched.reference_texts == single.reference_texts
+    colbert = workloads.batched_queries(workloads.build("queries", "multi_vector"))
+    assert all(r.side == "query" for r in colbert.requests)
+    # 64 clients need 64 requests: 8 texts each
+    many = workloads.batched_queries(workloads.build("queries", "embed", min_requests=64), 64)
+    assert len(many.requests) == 64 and {len(r.texts) for r in many.requests} == {8}
+    assert workloads.batched_queries(workloads.build("queries", "score")) is None  # pairs, not texts
 
 
 def test_closed_loop_never_sends_a_request_still_in_flight():
@@ -361,7 +398,7 @@ def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, 
     assert code == 0, capsys.readouterr().err[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert {(r["workload"], r["mode"]) for r in report["results"]} == {
-        (w, m) for w in ("queries", "passages", "rerank") for m in ("engine", "http")}
+        (w, m) for w in ("queries", "queries-batched", "passages", "rerank") for m in ("engine", "http")}
     for row in report["results"]:
         assert row["tokens_per_s"] > 0 and row["ratio_to_reference"] > 0
     (name,) = {p["name"] for kinds in report["references"].values() for passes in kinds.values() for p in passes}
