@@ -47,7 +47,6 @@ class RunResult:
     workload: str
     mode: str
     concurrency: int
-    requests: int = 0
     items: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -56,6 +55,10 @@ class RunResult:
     server_cpu_s: ServerCpu | None = None
     """The server's CPU time during an HTTP run; None where the bench did not start the server (`--url`) or cannot
     read it (not Linux)."""
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies)  # one a request
 
     @property
     def server_cpu_ms_per_request(self) -> ServerCpu | None:
@@ -108,7 +111,6 @@ async def closed_loop(call: Callable[[Request], Awaitable[int]], workload: Workl
             finally:
                 idle.append(index)  # also after a failure, so the other clients never find the deque empty
             result.latencies.append(time.perf_counter() - start)
-            result.requests += 1
             result.tokens += tokens
             result.items += items_of(request)
 

@@ -3,9 +3,9 @@ same output folder as the local job.
 
 The driver compiles the model once (or takes the artifact folder given) and plans the shards in one pass over the
 inputs (positions, not rows, so memory stays flat); each actor of the pool (loading the artifact from the shared
-path and checking its manifest hash) reads the shards it is given from their positions and runs their rows, and
-the driver gathers each shard's rows by row number and writes it whole. A shard Ray retries may deliver a row
-twice: rows are keyed by their number, so the output never holds a duplicate, and a shard is written once.
+path and checking its manifest hash) reads the shards it is given from their positions and answers for each
+whole, and the driver writes each shard as its answer arrives. A shard Ray retries may arrive twice: it is
+written once, so the output never holds a duplicate.
 
 The actors read their own shards: separate read tasks (no CPU reserved, so unbounded) had Ray start a worker
 process for each, and on a 2-core machine a 6-shard job spent 12 s starting 11 processes before its first row.
@@ -22,8 +22,6 @@ from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from encoderrt.jobs.inputs import Corpus, Position, Row
 from encoderrt.jobs.job import (
@@ -126,7 +124,8 @@ def _plan(corpus: Corpus, done: dict[int, Any], size: int, position: Position) -
 
 class _ShardEmbedder:
     """One engine in a Ray actor, loaded from the shared artifact path once its manifest hash is the driver's; it
-    reads each shard it is given from its position in the shared inputs and embeds the shard's good rows."""
+    reads each shard it is given from its position in the shared inputs and answers for the shard's good rows at
+    once, as the local job does (the texts left out unless the output keeps them)."""
 
     def __init__(self, corpus: Corpus, artifact: str, expected_hash: str, kind: Output, config: EngineConfig,
                  keep_text: bool):
@@ -138,65 +137,49 @@ class _ShardEmbedder:
                                f"{found[:12]}, expected {expected_hash[:12]}): share one path or copy it whole")
         self.corpus, self.kind, self.keep_text = corpus, kind, keep_text
         self.engine = Engine.load(artifact, config)
+        self.pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="encoderrt-job")
 
     def __call__(self, specs):
         import pyarrow as pa
 
         (spec,) = specs.to_pylist()
         shard = islice(self.corpus.rows(Position(*spec["start"])), spec["rows"])
-        rows = [row for row, _ in shard if row.problem is None]  # the driver writes the rejected ones
-        values = [row.values for row in rows]
-        with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="encoderrt-job") as pool:
-            answers, counts, _ = rows_answered(*submit_rows(pool, self.engine, self.kind, values))
-        payload = [pickle.dumps(answer) for answer in (() if answers is None else answers)]
-        columns = {"shard": pa.array([spec["shard"]] * len(rows), pa.int64()),
-                   "row": pa.array([row.row for row in rows], pa.int64()),
-                   "id": pa.array([pickle.dumps(row.id) for row in rows], pa.binary()),
-                   "answer": pa.array(payload, pa.binary()),
-                   "tokens": pa.array(counts or [-1] * len(rows), pa.int32())}
-        if self.keep_text:
-            columns["values"] = pa.array([list(v) for v in values], pa.list_(pa.string()))
-        return pa.table(columns)
+        good = [row for row, _ in shard if row.problem is None]  # the driver writes the rejected ones
+        value, row_tokens, tokens = rows_answered(*submit_rows(self.pool, self.engine, self.kind,
+                                                               [row.values for row in good]))
+        if not self.keep_text:
+            good = [row._replace(values=()) for row in good]
+        answer = pickle.dumps((good, value, row_tokens, tokens))
+        return pa.table({"shard": pa.array([spec["shard"]], pa.int64()), "answer": pa.array([answer], pa.binary())})
 
 
 def _gather(answers: Iterable[Any], plan: list[_Planned], folder, kind: Output, job: JobSettings, corpus: Corpus,
             progress: Progress) -> int:
-    """Rows (pyarrow tables of `_ShardEmbedder`'s columns) into their shards, each shard written once it is whole;
-    the tokens computed."""
-    planned = {p.index: p for p in plan}
-    waiting: dict[int, dict[int, tuple[Any, ...]]] = {p.index: {} for p in plan if p.good}
+    """Each shard written as its answer (`_ShardEmbedder`'s table) arrives; a shard Ray retried may arrive twice and
+    is written once. Returns the tokens computed."""
+    pending = {p.index: p for p in plan}
     started = time.perf_counter()
+
+    def write(planned: _Planned, good: list[Row], value: Any, row_tokens: list[int] | None, computed: int) -> None:
+        shard = FinishedShard(planned.index, planned.start, planned.end, planned.rows, good, planned.rejected, value,
+                              row_tokens, computed)
+        write_shard(shard, folder, kind, job, corpus.fields, time.perf_counter() - started, progress)
+
     for p in plan:
-        if not p.good:  # every row rejected: nothing goes to Ray
-            _finish(p, {}, folder, kind, job, corpus, progress, started)
+        if not p.good:  # every row rejected: nothing went to Ray
+            write(pending.pop(p.index), [], None, None, 0)
     tokens = 0
     for table in answers:
-        columns = table.to_pydict()
-        texts = columns.get("values") or [()] * table.num_rows
-        for shard, row, identity, answer, count, text in zip(columns["shard"], columns["row"], columns["id"],
-                                                              columns["answer"], columns["tokens"], texts):
-            if shard in waiting:
-                waiting[shard][row] = (identity, answer, count, tuple(text))
-        for shard in [s for s, rows in waiting.items() if len(rows) == planned[s].good]:
-            rows = waiting.pop(shard)
-            tokens += sum(max(0, count) for _, _, count, _ in rows.values())
-            _finish(planned[shard], rows, folder, kind, job, corpus, progress, started)
-    if waiting:
-        missing = next(iter(waiting))
-        raise RuntimeError(f"Ray Data returned shard {missing} incomplete ({len(waiting[missing])} of "
-                           f"{planned[missing].good} rows)")
+        for index, answer in zip(table.column("shard").to_pylist(), table.column("answer").to_pylist()):
+            planned = pending.pop(index, None)
+            if planned is None:
+                continue
+            good, value, row_tokens, computed = pickle.loads(answer)
+            if len(good) != planned.good:
+                raise RuntimeError(f"shard {index} read {len(good)} good rows on Ray, {planned.good} on the driver: "
+                                   "the inputs changed while the job ran")
+            tokens += computed
+            write(planned, good, value, row_tokens, computed)
+    if pending:
+        raise RuntimeError(f"Ray Data returned no answer for shard {next(iter(pending))}")
     return tokens
-
-
-def _finish(planned: _Planned, rows: dict[int, tuple[Any, ...]], folder, kind: Output, job: JobSettings,
-            corpus: Corpus, progress: Progress, started: float) -> None:
-    numbers = sorted(rows)
-    good = [Row(n, pickle.loads(rows[n][0]), rows[n][3]) for n in numbers]
-    answers = [pickle.loads(rows[n][1]) for n in numbers]
-    value = None
-    if answers:
-        value = np.stack(answers) if kind.dense else answers  # one row's answer each: dense rows stack
-    counts = [rows[n][2] for n in numbers]
-    shard = FinishedShard(planned.index, planned.start, planned.end, planned.rows, good, planned.rejected, value,
-                          counts if all(c >= 0 for c in counts) else None, sum(max(0, c) for c in counts))
-    write_shard(shard, folder, kind, job, corpus.fields, time.perf_counter() - started, progress)
