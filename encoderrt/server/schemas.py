@@ -1,50 +1,17 @@
 """The base of every request body: unknown fields are ignored (clients send extras), values are taken strictly
-(no booleans as numbers, no strings as booleans), and every string is checked
-to be encodable UTF-8 before anything tokenises or echoes it. JSON's "\\ud800" escape decodes to a lone surrogate,
-which the tokenizer and every JSON encoder refuse; here it is a 400 naming the field and the character."""
+(no booleans as numbers, no strings as booleans). Strings that are not UTF-8 text (JSON's lone surrogate escapes)
+are refused where the body is parsed (bodies.parse_json), before any schema sees them."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class RequestBody(BaseModel):
     # strict: `true` is not the number 1 and "yes" is not a boolean; JSON numbers still fill float fields
     model_config = ConfigDict(extra="ignore", strict=True)
-
-    @model_validator(mode="after")
-    def _texts_are_utf8(self) -> "RequestBody":
-        found = _lone_surrogate(self.__dict__, "")
-        if found is not None:
-            field, at = found
-            raise PydanticCustomError("utf8", "{field} is not valid UTF-8 text: a lone surrogate at character {at}",
-                                      {"field": field, "at": at})
-        return self
-
-
-def _lone_surrogate(value: Any, path: str) -> tuple[str, int] | None:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as error:
-            return path, error.start
-        return None
-    if isinstance(value, BaseModel):
-        value = value.__dict__
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _lone_surrogate(key, path) or _lone_surrogate(item, f"{path}.{key}" if path else str(key))
-            if found:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _lone_surrogate(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
 
 
 T = TypeVar("T")

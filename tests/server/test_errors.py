@@ -70,7 +70,7 @@ def test_too_many_items_is_413(client):
         (b'{"model": "minilm", "input": "x", "dimensions": 1e999}', "dimensions"),
         (b'{"model": "minilm", "input": ' + b"[" * 50000 + b"]" * 50000 + b"}", "nested too deeply"),
         (b"[1, 2, 3]", "body"),
-        (b"", "body"),
+        (b"", "the body is empty: send a JSON object"),
         (b"   ", "the body is empty"),
     ],
 )
@@ -79,6 +79,19 @@ def test_hostile_bodies_are_400_naming_the_problem(client, content, message):
     error = assert_error(response, 400, message)
     assert "There was an error parsing the body" not in error["message"] and "JSON decode error" not in error["message"]
     assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_not_sent_as_json_is_400_naming_the_content_type(client, content_type):
+    headers = {} if content_type is None else {"content-type": content_type}
+    response = client.post("/embed", content=b'{"inputs": "x"}', headers=headers)
+    assert_error(response, 400, f"the body must be JSON sent as Content-Type: application/json, not {content_type!r}")
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/vnd.api+json"])
+def test_json_content_types_with_parameters_or_suffixes_are_read(client, content_type):
+    response = client.post("/embed", content=b'{"inputs": "x"}', headers={"content-type": content_type})
+    assert response.status_code == 200 and len(response.json()[0]) == 384
 
 
 def test_compressed_bodies_are_read_and_bombs_refused(client):
