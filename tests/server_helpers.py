@@ -65,3 +65,10 @@ def ready_registry(**engines: Engine) -> ModelRegistry:
     return registry
 
 
+def retrieval_models(minilm_fp32, tiny_artifacts):
+    """An embedding model, a cross-encoder and a classifier, as a retrieval stack runs them."""
+    return ready_registry(
+        minilm=Engine.load(minilm_fp32.path, max_batch_tokens=1024),
+        reranker=Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=512),
+        classifier=Engine.load(tiny_artifacts["bert-classifier"], max_batch_tokens=512),
+    )

@@ -22,6 +22,8 @@ from encoderrt.runtime.engine import EngineInfo
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.versions import package_versions
 
+SERVED_MODES = {"http", "grpc"}
+"""Modes that run against `encoderrt serve` (one the bench starts, or --url's for http)."""
 _PACKAGES = ("encoderrt", "onnxruntime", "openvino", "tokenizers", "numpy", "torch", "sentence-transformers", "transformers")
 
 
@@ -117,33 +119,42 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                                flags=cpu["flags"], target=manifest.target)
 
     report.ceilings = ceilings()
-    per_round = len(options.concurrency) * (len(options.modes) + ("engine" in options.modes))
-    progress = _Progress(console, options.repeat * sum(per_round + len(_references_for(w, references)) for w in chosen))
+    def runs_per_round(workload: Workload) -> int:
+        modes = _modes_for(workload, options.modes)
+        runs = len(options.concurrency) * (len(modes) + ("engine" in modes))
+        return runs + len(_references_for(workload, references))
+
+    progress = _Progress(console, options.repeat * sum(map(runs_per_round, chosen)))
     with progress, contextlib.ExitStack() as stack:
         server = (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
-                  if "http" in options.modes and not options.url else None)
+                  if SERVED_MODES & set(options.modes) and not options.url else None)
         url = options.url or (server.url if server else None)
         server_cpu = server.cpu_seconds if server else None
         for workload in chosen:
             progress.step(f"{workload.name}: warm-up")
-            _warm_up(engine, url, workload, max(options.concurrency), options.modes)
+            _warm_up(engine, url, server, workload, max(options.concurrency), options.modes)
             raw = runners.RawBackend(artifact, manifest, workload, info.max_batch_tokens) if "engine" in options.modes else None
             tokens = engine.count_tokens(workload.reference_texts, workload.reference_pairs) if references else 0
             for round_ in range(1, options.repeat + 1):  # everything alternates, so drift hits it all alike
                 for concurrency in options.concurrency:
-                    for mode in options.modes:
+                    for mode in _modes_for(workload, options.modes):
                         label = f"{workload.name}: {mode}, {concurrency} clients, round {round_}"
                         progress.step(label)
                         if mode == "engine":
                             run = runners.run_engine(engine, workload, concurrency, options.duration)
+                        elif mode == "grpc":
+                            assert server is not None
+                            run = runners.run_grpc(server.grpc_target, workload, concurrency, options.duration,
+                                                   server_cpu)
                         else:
                             assert url is not None
                             run = runners.run_http(url, workload, concurrency, options.duration, server_cpu)
                         report.measurement(workload.name, mode, concurrency).runs.append(run)
                         spent = run.server_cpu_ms_per_request
                         progress.done(label, f"{run.tokens_per_s:.0f} tokens/s"
-                                      + (f", server CPU {spent.process:.2f} ms a request ({spent.loop:.2f} ms on its "
-                                         "event loop)" if spent is not None else ""))
+                                      + (f", server CPU {spent.process:.2f} ms a request" if spent is not None else "")
+                                      + (f" ({spent.loop:.2f} ms on its event loop)"
+                                         if spent is not None and spent.loop is not None else ""))
                         if raw is not None and mode == "engine":  # right after the engine, so drift hits both alike
                             label = f"{workload.name}: backend alone, after {concurrency} clients, round {round_}"
                             progress.step(label)
@@ -165,18 +176,26 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     return report
 
 
+def _modes_for(workload: Workload, modes: Sequence[str]) -> list[str]:
+    """The modes that run this workload: gRPC carries embeddings and reranking only (TEI's API)."""
+    return [mode for mode in modes if mode != "grpc" or runners.grpc_answers(workload)]
+
+
 def _references_for(workload: Workload, references: list[Reference]) -> list[Reference]:
     """The batched queries are the queries' texts: their reference is the queries'."""
     return [] if workload.name == workloads.BATCHED_QUERIES else references
 
 
-def _warm_up(engine: Engine, url: str | None, workload: Workload, concurrency: int, modes: Sequence[str]) -> None:
+def _warm_up(engine: Engine, url: str | None, server: runners.Server | None, workload: Workload, concurrency: int,
+             modes: Sequence[str]) -> None:
     """One whole pass of the workload through each mode, as the backend alone gets over its batches: a runtime
     prepares kernels for each new batch shape on first sight, and a cold first round of OpenVINO int8 MiniLM
     served 0.73x what the same engine served once the shapes were known."""
     runners.run_engine(engine, workload, concurrency, 0)
     if "http" in modes and url is not None:
         runners.run_http(url, workload, concurrency, 0)
+    if "grpc" in modes and server is not None and runners.grpc_answers(workload):
+        runners.run_grpc(server.grpc_target, workload, concurrency, 0)
 
 
 def _references(options: BenchOptions, manifest: Manifest, info: EngineInfo) -> list[Reference]:

@@ -98,7 +98,8 @@ class Report:
             "server_loop_cpu_ms_per_request": m.server_cpu_ms_per_request("loop"),
             "ratio_to_reference": vs.get("torch"),
             "ratios_to_references": vs,
-            "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode == "http" else None,
+            "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode != "engine" else None,
+            "ratio_to_http": self._ratio_to_http(m),
             "ratio_to_batched": self._ratio_to_batched(m),
             "engine_efficiency": _median_ratio(m.rates, self.raw.get(m.workload, {}).get(m.concurrency, []))
             if m.mode == "engine" else None,
@@ -113,6 +114,14 @@ class Report:
         batched = next((b for b in self.measurements
                         if (b.workload, b.mode, b.concurrency) == (BATCHED_QUERIES, m.mode, m.concurrency)), None)
         return _median_ratio(m.rates, batched.rates) if batched else None
+
+    def _ratio_to_http(self, m: Measurement) -> float | None:
+        """A gRPC run against HTTP's at the same workload and clients (requests in flight), tokens/s."""
+        if m.mode != "grpc":
+            return None
+        http = next((h for h in self.measurements
+                     if (h.workload, h.mode, h.concurrency) == (m.workload, "http", m.concurrency)), None)
+        return _median_ratio(m.rates, http.rates) if http else None
 
     def backend_alone(self, workload: str) -> float | None:
         rates = [rate for per_round in self.raw.get(workload, {}).values() for rate in per_round]
@@ -134,7 +143,7 @@ class Report:
                 if value is not None:
                     ratios[f"{key}/vs_reference" if kind == "torch" else f"{key}/vs_{kind}"] = round(value, 4)
             for name, value in (("vs_engine", row["ratio_to_engine"]), ("vs_backend", row["engine_efficiency"]),
-                                ("vs_batched", row["ratio_to_batched"])):
+                                ("vs_batched", row["ratio_to_batched"]), ("vs_http", row["ratio_to_http"])):
                 if value is not None:
                     ratios[f"{key}/{name}"] = round(value, 4)
         return ratios
@@ -186,6 +195,11 @@ class Report:
         if batched:
             lines += ["", "One-text queries against the same texts in batched requests (tokens/s): " + ", ".join(
                 f"{mode} at {clients} client{'s' * (clients != 1)} {ratio:.2f}×" for mode, clients, ratio in batched)]
+        over_http = [(r["workload"], r["concurrency"], r["ratio_to_http"]) for r in map(self.row, self.measurements)
+                     if r["ratio_to_http"] is not None]
+        if over_http:
+            lines += ["", "gRPC streams against HTTP requests, as many in flight (tokens/s): " + ", ".join(
+                f"{workload} at {clients} {ratio:.2f}×" for workload, clients, ratio in over_http)]
         for workload in self.raw:
             share = self.backend_ceiling_fraction(workload)
             lines += ["", f"Backend alone, {workload}: {self.backend_alone(workload):.0f} tokens/s"

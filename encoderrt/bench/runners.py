@@ -1,4 +1,5 @@
-"""Runners: the engine in process, the HTTP server in a child process, and the backend alone.
+"""Runners: the engine in process, the server in a child process (over HTTP, or TEI's gRPC streams), and the
+backend alone.
 
 The sentence-transformers references are in references.py.
 
@@ -36,10 +37,11 @@ from encoderrt.runtime.tokenizer import TextTokenizer
 
 class ServerCpu(NamedTuple):
     """User + system CPU time of the server process: all of it, and its event loop's thread alone (HTTP, validation,
-    tokenising short requests, encoding replies: the cost a request adds beyond the backend's batches)."""
+    tokenising short requests, encoding replies: the cost a request adds beyond the backend's batches; None for a
+    gRPC run, whose calls run on gRPC's threads and a loop of their own)."""
 
     process: float
-    loop: float
+    loop: float | None
 
 
 @dataclass
@@ -64,7 +66,8 @@ class RunResult:
     def server_cpu_ms_per_request(self) -> ServerCpu | None:
         if self.server_cpu_s is None or not self.requests:
             return None
-        return ServerCpu(*(seconds * 1000 / self.requests for seconds in self.server_cpu_s))
+        process, loop = self.server_cpu_s
+        return ServerCpu(process * 1000 / self.requests, None if loop is None else loop * 1000 / self.requests)
 
     @property
     def tokens_per_s(self) -> float:
@@ -201,6 +204,71 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float,
     return result
 
 
+def grpc_answers(workload: Workload) -> bool:
+    """Whether TEI's gRPC API carries the workload's requests (embeddings and reranking)."""
+    return all(type(request) in (EmbedRequest, RerankRequest) for request in workload.requests)
+
+
+def run_grpc(target: str, workload: Workload, concurrency: int, duration: float,
+             server_cpu: Callable[[], ServerCpu | None] | None = None) -> RunResult:
+    """TEI's gRPC API as a high-rate client uses it: one EmbedStream carrying every text, `concurrency` requests'
+    texts in flight on it (a request's latency: until its last text's reply); a rerank request is a Rerank call.
+    The stream's replies come in the order of its messages, so each goes to the oldest text waiting."""
+    import grpc
+
+    from encoderrt.server import proto
+
+    embed_request, embed_reply = proto.message("EmbedRequest"), proto.message("EmbedResponse")
+    rerank_request, rerank_reply = proto.message("RerankRequest"), proto.message("RerankResponse")
+
+    async def main() -> RunResult:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stream = channel.stream_stream("/tei.v1.Embed/EmbedStream",
+                                           request_serializer=embed_request.SerializeToString,
+                                           response_deserializer=embed_reply.FromString)()
+            rerank = channel.unary_unary("/tei.v1.Rerank/Rerank", request_serializer=rerank_request.SerializeToString,
+                                         response_deserializer=rerank_reply.FromString)
+            waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+            writing = asyncio.Lock()
+
+            async def read() -> None:
+                while (reply := await stream.read()) is not grpc.aio.EOF:
+                    waiting.popleft().set_result(reply)
+                while waiting:
+                    waiting.popleft().set_exception(ConnectionError(f"the stream ended: {await stream.code()}"))
+
+            async def call(request: Request) -> int:
+                if isinstance(request, RerankRequest):
+                    reply = await rerank(rerank_request(query=request.query, texts=list(request.documents),
+                                                        truncate=True))
+                    return reply.metadata.compute_tokens
+                if not isinstance(request, EmbedRequest):
+                    raise ValueError(f"the gRPC bench runs embed and rerank workloads, not {type(request).__name__}")
+                texts = [request.texts] if isinstance(request.texts, str) else request.texts
+                replies = []
+                async with writing:  # one write at a time on a stream; the futures in the order of the writes
+                    for text in texts:
+                        replies.append(asyncio.get_running_loop().create_future())
+                        waiting.append(replies[-1])
+                        await stream.write(embed_request(inputs=text, truncate=True, normalize=True))
+                return sum(reply.metadata.compute_tokens for reply in await asyncio.gather(*replies))
+
+            reader = asyncio.ensure_future(read())
+            try:
+                return await closed_loop(call, workload, concurrency, duration,
+                                         RunResult(workload.name, "grpc", concurrency))
+            finally:
+                await stream.done_writing()
+                await reader
+
+    before = server_cpu() if server_cpu else None
+    result = asyncio.run(main())
+    after = server_cpu() if server_cpu else None
+    if before is not None and after is not None:
+        result.server_cpu_s = ServerCpu(after.process - before.process, None)
+    return result
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -209,10 +277,11 @@ def _free_port() -> int:
 
 @dataclass(frozen=True)
 class Server:
-    """The server the bench started: its URL and its process, whose CPU time each HTTP run reads."""
+    """The server the bench started: its URL, its gRPC address, and its process, whose CPU time each run reads."""
 
     url: str
     pid: int
+    grpc_target: str
 
     def cpu_seconds(self) -> ServerCpu | None:
         """CPU seconds so far, the process's and its main thread's (where uvicorn runs the event loop), from /proc;
@@ -237,9 +306,10 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
     """`encoderrt serve ARTIFACT` on a free loopback port; stopped on exit, also on failure or Ctrl-C."""
     import httpx
 
-    port = _free_port()
+    port, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "encoderrt.cli", "serve", str(artifact), "--port", str(port),
+         "--grpc-port", str(grpc_port),
          "--max-batch-tokens", str(max_batch_tokens), "--max-queue-seconds", str(QUEUE_SECONDS)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -256,7 +326,7 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
             if time.monotonic() > deadline:
                 raise RuntimeError("encoderrt serve did not become healthy in time")
             time.sleep(0.1)
-        yield Server(url, process.pid)
+        yield Server(url, process.pid, f"127.0.0.1:{grpc_port}")
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

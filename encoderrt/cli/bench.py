@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", type=Path, default=None, metavar="ARTIFACT_OR_MODEL",
                         help="artifact or model folder (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--workload", choices=["queries", "passages", "rerank", "all"], default="all")
-    parser.add_argument("--mode", choices=["engine", "http", "both"], default="engine")
+    parser.add_argument("--mode", choices=["engine", "http", "grpc", "both", "all"], default="engine",
+                        help="the engine in process, the server over HTTP or over TEI's gRPC streams; both: engine "
+                             "and http; all: the three")
     parser.add_argument("--concurrency", type=_int_list, default=(1, 8, 32), metavar="1,8,32")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S", help="seconds per run (at least one pass)")
     parser.add_argument("--reference", nargs="?", const="torch", default=None, metavar="torch,torch-bf16,onnx,openvino",
@@ -57,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if args.check is not None and not args.check.is_file():
         common.error(console, f"baseline not found: {args.check}")
         return 2
+    if args.url and args.mode in ("grpc", "all"):
+        common.error(console, "--url measures HTTP only: gRPC runs against the server the bench starts")
+        return 2
     if args.repeat < 1:
         common.error(console, f"--repeat must be at least 1, got {args.repeat}")
         return 2
@@ -74,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     options = BenchOptions(
         target=args.target,
         workloads=("queries", "passages", "rerank") if args.workload == "all" else (args.workload,),
-        modes=("engine", "http") if args.mode == "both" else (args.mode,),
+        modes={"both": ("engine", "http"), "all": ("engine", "http", "grpc")}.get(args.mode, (args.mode,)),
         concurrency=args.concurrency,
         duration=args.duration,
         references=references,

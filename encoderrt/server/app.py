@@ -22,6 +22,7 @@ from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ServerMiddleware
 from encoderrt.server.registry import LoadCancelled, ModelRegistry
 from encoderrt.server.settings import ServerSettings
+from encoderrt.server.tei_grpc import GrpcServer
 
 log = logging.getLogger("encoderrt.server")
 CANCEL_WAIT_S = 120.0
@@ -51,9 +52,17 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loader = threading.Thread(target=load_in_background, name="encoderrt-load", daemon=True)
+        grpc_server = None
+        if settings.grpc_port is not None:
+            grpc_server = GrpcServer(models, settings, app.state.metrics)
+            port = grpc_server.start()
+            log.info("TEI's gRPC API on %s:%d", settings.host, port)
+            models.when_ready(lambda: grpc_server.mark_serving(True))
         if load is not None:
             loader.start()
         yield
+        if grpc_server is not None:
+            grpc_server.stop(settings.shutdown_timeout)
         if loader.is_alive():
             log.info("stopping: model loading ends at its current step")
             models.cancel()

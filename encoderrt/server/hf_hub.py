@@ -17,7 +17,6 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from encoderrt import __version__
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.postprocess import ACTIVATIONS
 from encoderrt.runtime.requests import as_texts
@@ -112,24 +111,4 @@ async def decode(body: DecodeBody, request: Request) -> Response:
 @router.get("/info")
 async def info(request: Request) -> Response:
     """TEI's model description, for the one model a TEI server holds (the first served here)."""
-    models = common.models(request).models()
-    if not models:
-        raise InvalidRequest("no model is served")
-    served = models[0]
-    engine_info = served.engine.info
-    if engine_info.task in ("embed", "hybrid", "sparse", "multi_vector"):
-        # TEI's pooling names: a SPLADE model's is "splade"; a multi-vector model pools nothing
-        pooling = {"sparse": "splade", "multi_vector": "none"}.get(engine_info.task, engine_info.pooling)
-        model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
-    else:
-        id2label = {str(i): label for i, label in enumerate(engine_info.labels)}
-        kind = "reranker" if engine_info.task == "score" else "classifier"
-        model_type = {kind: {"id2label": id2label, "label2id": {v: int(k) for k, v in id2label.items()}}}
-    settings = common.settings(request)
-    return JSONResponse({
-        "model_id": served.name, "model_sha": None, "model_dtype": engine_info.precision, "model_type": model_type,
-        "max_concurrent_requests": settings.engine.max_queue_items, "max_input_length": engine_info.max_length,
-        "max_batch_tokens": engine_info.max_batch_tokens, "max_batch_requests": None,
-        "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": True, "tokenization_workers": 1,
-        "version": __version__, "sha": None, "docker_label": None,
-    })
+    return JSONResponse(tei.describe(common.models(request), common.settings(request)))

@@ -57,11 +57,19 @@ class Metrics:
         self._refused = Counter("encoderrt_http_refused", "Requests the connection layer answered before the app: 431 "
                                 "head too large, 408 head too slow, 503 over --max-connections, 400 malformed HTTP",
                                 ["status"], registry=self.registry)
+        self.grpc_calls = Counter("encoderrt_grpc_calls", "gRPC calls (TEI's API) by method and status code",
+                                  ["method", "code"], registry=self.registry)
+        self.grpc_latency = Histogram("encoderrt_grpc_call_duration_seconds", "gRPC call latency by method (a stream's "
+                                      "whole call)", ["method"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_EngineCollector(models))
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
+
+    def observe_grpc(self, method: str, code: str, seconds: float) -> None:
+        self.grpc_calls.labels(method, code).inc()
+        self.grpc_latency.labels(method).observe(seconds)
 
     def count_cut_off(self) -> None:
         self.cut_off_requests += 1

@@ -7,6 +7,7 @@ through app.state; nothing here is global.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from encoderrt.runtime import Engine
@@ -45,6 +46,7 @@ class ModelRegistry:
         self.steps: dict[str, str] = {}
         """Each model's step while loading ("waiting", "compiling: export", "loading", "ready"), for /health."""
         self._cancelled = threading.Event()
+        self._when_ready: list[Callable[[], None]] = []
 
     @property
     def ready(self) -> bool:
@@ -67,6 +69,14 @@ class ModelRegistry:
     def mark_ready(self) -> None:
         self.status = "ready"
         self._ready.set()
+        for callback in self._when_ready:
+            callback()
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the models are ready (now, if they are), in the thread that readied them."""
+        self._when_ready.append(callback)
+        if self.ready:
+            callback()
 
     def mark_failed(self, message: str) -> None:
         self.status = "failed"

@@ -41,6 +41,9 @@ class ConnectionLimits:
 class ServerSettings:
     host: str = setting("127.0.0.1", "address to listen on", in_app=False)
     port: int = setting(8000, "port to listen on", in_app=False)
+    grpc_port: int | None = setting(
+        None, "also serve TEI's gRPC API (tei.v1 Embed, Predict, Rerank, Info; grpc.health.v1; reflection) on this "
+        "port, with the same models and limits; unset: no gRPC", metavar="PORT", in_app=False)
     api_key: str | None = setting(None, "require 'Authorization: Bearer KEY' on every API route", metavar="KEY")
     max_body_bytes: int = setting(2 * 1024 * 1024, "largest request body, after decompression; above it, 413",
                                   metavar="N")
@@ -53,5 +56,9 @@ class ServerSettings:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
+        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
+            raise ValueError(f"--grpc-port must be a port number (0 to 65535), got {self.grpc_port}")
+        if self.grpc_port is not None and self.grpc_port == self.port != 0:
+            raise ValueError(f"--grpc-port {self.grpc_port} is --port too: give gRPC a port of its own")
         if self.shutdown_timeout < 0:
             raise ValueError(f"--shutdown-timeout must be at least 0 seconds, got {self.shutdown_timeout}")

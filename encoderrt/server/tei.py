@@ -1,15 +1,22 @@
-"""Hugging Face text-embeddings-inference dialect: POST /embed, /predict, and /rerank's TEI body."""
+"""Hugging Face text-embeddings-inference dialect: POST /embed, /predict, and /rerank's TEI body.
+
+What a TEI request means beyond its fields (which request an /embed_all runs, how /predict reads its inputs and
+orders its labels, what /info says) is decided here once, for the HTTP routes and TEI's gRPC API (tei_grpc.py).
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from encoderrt import __version__
+from encoderrt.runtime import tasks
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.requests import as_texts
+from encoderrt.runtime.requests import Completion, as_texts
 from encoderrt.runtime.tasks import (
     ClassifyRequest,
     EmbedRequest,
@@ -21,7 +28,9 @@ from encoderrt.runtime.tasks import (
 )
 from encoderrt.server import common
 from encoderrt.server.bodies import BodyRoute
+from encoderrt.server.registry import ModelRegistry, ServedModel
 from encoderrt.server.schemas import AutoTruncate, HybridWeights, NonEmpty, RequestBody
+from encoderrt.server.settings import ServerSettings
 
 router = APIRouter(tags=["TEI"], route_class=BodyRoute)
 
@@ -101,14 +110,19 @@ async def embed_all(body: EmbedAllBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "embed_all")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
-    side = body.truncation_direction.lower()
-    multi_vector = served.engine.info.task == "multi_vector"
-    if multi_vector and side != "right":
-        raise InvalidRequest("a multi-vector model cuts documents at their end: truncation_direction must be Right")
-    completion = await served.engine.arun(MultiVectorRequest(texts, "document", body.truncate, body.prompt_name)
-                                          if multi_vector else
-                                          TokenEmbedRequest(texts, body.truncate, body.prompt_name, truncation_side=side))
+    completion = await served.engine.arun(embed_all_request(served, texts, body.truncate, body.prompt_name,
+                                                            body.truncation_direction.lower()))
     return common.reply([states.tolist() for states in completion.value], completion, started)
+
+
+def embed_all_request(served: ServedModel, texts: list[str], truncate: bool, prompt_name: str | None,
+                      side: str) -> tasks.Request:
+    """Every token's state; a multi-vector model's vectors, as a document's."""
+    if served.engine.info.task != "multi_vector":
+        return TokenEmbedRequest(texts, truncate, prompt_name, truncation_side=side)
+    if side != "right":
+        raise InvalidRequest("a multi-vector model cuts documents at their end: truncation_direction must be Right")
+    return MultiVectorRequest(texts, "document", truncate, prompt_name)
 
 
 @router.post("/embed_sparse")
@@ -144,22 +158,58 @@ async def predict(body: PredictBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "classify")
     sequences, batched = _predict_inputs(body.inputs)
     common.check_items(request, sequences, "inputs")
-    info = served.engine.info
+    completion = await served.engine.arun(predict_request(sequences, body.truncate, body.raw_scores))
+    predictions = [[{"score": score, "label": label} for score, label in ranked]
+                   for ranked in ranked_labels(served, completion, body.raw_scores)]
+    return common.reply(predictions if batched else predictions[0], completion, started)
+
+
+def predict_request(sequences: Sequence[tuple[str, ...]], truncate: bool, raw_scores: bool) -> tasks.Request:
+    """Texts are classified, [text, text_pair] pairs scored; one kind per request."""
     pairs = [s for s in sequences if len(s) == 2]
     if pairs and len(pairs) != len(sequences):
         raise InvalidRequest("inputs mix single texts and pairs; send one kind per request")
     if pairs:
-        completion = await served.engine.arun(
-            ScoreRequest([p[0] for p in pairs], [p[1] for p in pairs], body.truncate, activation=not body.raw_scores))
-        predictions = [[{"score": score, "label": info.labels[0]}] for score in completion.value]
+        return ScoreRequest([p[0] for p in pairs], [p[1] for p in pairs], truncate, activation=not raw_scores)
+    return ClassifyRequest([s[0] for s in sequences], truncate)
+
+
+def ranked_labels(served: ServedModel, completion: Completion, raw_scores: bool) -> list[list[tuple[float, str]]]:
+    """Per input, (score, label) best first: a pair's one score under the model's first label, a text's every
+    label (probabilities, or logits with raw_scores)."""
+    labels = served.engine.info.labels
+    ranked = []
+    for result in completion.value:
+        if isinstance(result, float):
+            ranked.append([(result, labels[0])])
+        else:
+            scores = result.logits if raw_scores else result.probs
+            ranked.append(sorted(zip(scores, labels), key=lambda x: -x[0]))
+    return ranked
+
+
+def describe(models: ModelRegistry, settings: ServerSettings) -> dict[str, Any]:
+    """TEI's model description (/info), for the one model a TEI server holds: the first served here."""
+    served_models = models.models()
+    if not served_models:
+        raise InvalidRequest("no model is served")
+    served = served_models[0]
+    engine_info = served.engine.info
+    if engine_info.task in ("embed", "hybrid", "sparse", "multi_vector"):
+        # TEI's pooling names: a SPLADE model's is "splade"; a multi-vector model pools nothing
+        pooling = {"sparse": "splade", "multi_vector": "none"}.get(engine_info.task, engine_info.pooling)
+        model_type: dict[str, Any] = {"embedding": {"pooling": pooling}}
     else:
-        completion = await served.engine.arun(ClassifyRequest([s[0] for s in sequences], body.truncate))
-        predictions = []
-        for result in completion.value:
-            scores = result.logits if body.raw_scores else result.probs
-            ranked = sorted(zip(scores, info.labels), key=lambda x: -x[0])
-            predictions.append([{"score": score, "label": label} for score, label in ranked])
-    return common.reply(predictions if batched else predictions[0], completion, started)
+        id2label = {str(i): label for i, label in enumerate(engine_info.labels)}
+        kind = "reranker" if engine_info.task == "score" else "classifier"
+        model_type = {kind: {"id2label": id2label, "label2id": {v: int(k) for k, v in id2label.items()}}}
+    return {
+        "model_id": served.name, "model_sha": None, "model_dtype": engine_info.precision, "model_type": model_type,
+        "max_concurrent_requests": settings.engine.max_queue_items, "max_input_length": engine_info.max_length,
+        "max_batch_tokens": engine_info.max_batch_tokens, "max_batch_requests": None,
+        "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": True, "tokenization_workers": 1,
+        "version": __version__, "sha": None, "docker_label": None,
+    }
 
 
 async def rerank_tei(body: TEIRerankBody, request: Request) -> Response:

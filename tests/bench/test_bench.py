@@ -131,7 +131,7 @@ def test_a_servers_cpu_time_is_its_process_and_main_thread_time():
     from encoderrt.bench.runners import Server
 
     assert threading.current_thread() is threading.main_thread()
-    me, stop = Server("http://unused", os.getpid()), threading.Event()
+    me, stop = Server("http://unused", os.getpid(), "unused:0"), threading.Event()
 
     def spin() -> None:
         while not stop.is_set():
@@ -149,17 +149,30 @@ def test_a_servers_cpu_time_is_its_process_and_main_thread_time():
     # /proc counts in clock ticks (10 ms)
     assert abs((after.process - before.process) - process_spent) <= 0.03, (before, after, process_spent)
     assert abs((after.loop - before.loop) - thread_spent) <= 0.03, (before, after, thread_spent)
-    assert Server("http://unused", 2**22 + 1).cpu_seconds() is None  # above pid_max: no such process
+    assert Server("http://unused", 2**22 + 1, "unused:0").cpu_seconds() is None  # above pid_max: no such process
 
 
 def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artifacts, tmp_path, capsys):
+    """And over TEI's gRPC streams against HTTP (--mode all)."""
     out = tmp_path / "report"
-    code = main(["bench", str(tiny_artifacts["st-cls"]), "--workload", "queries", "--mode", "both", "--concurrency",
+    code = main(["bench", str(tiny_artifacts["st-cls"]), "--workload", "queries", "--mode", "all", "--concurrency",
                  "1,4", "--duration", "0.2", "--scale", "0.1", "--max-batch-tokens", "256", "--out", str(out)])
     assert code == 0, capsys.readouterr().err[-3000:]
     report = json.loads((out / "report.json").read_text())
     rows = {(r["workload"], r["mode"], r["concurrency"]): r for r in report["results"]}
-    assert set(rows) == {(w, m, c) for w in ("queries", "queries-batched") for m in ("engine", "http") for c in (1, 4)}
+    modes = ("engine", "http", "grpc")
+    assert set(rows) == {(w, m, c) for w in ("queries", "queries-batched") for m in modes for c in (1, 4)}
+    for (workload, mode, clients), row in rows.items():
+        if mode != "grpc":
+            assert row["ratio_to_http"] is None
+            continue
+        http = rows[(workload, "http", clients)]
+        assert row["ratio_to_http"] == pytest.approx(row["tokens_per_s"] / http["tokens_per_s"])
+        assert report["ratios"][f"{workload}/grpc/c{clients}/vs_http"] == round(row["ratio_to_http"], 4)
+        # every text's tokens as the server counted them: a pass over the same texts, the same tokens a text
+        assert row["tokens"] / row["items"] == pytest.approx(http["tokens"] / http["items"], rel=0.25)
+        assert row["server_cpu_ms_per_request"] > 0 and row["server_loop_cpu_ms_per_request"] is None
+    assert "gRPC streams against HTTP requests" in (out / "report.md").read_text()
     for (workload, mode, clients), row in rows.items():
         if workload == "queries-batched":
             assert row["ratio_to_batched"] is None and row["items"] == 16 * row["requests"]
@@ -178,6 +191,7 @@ def test_bench_refuses_bad_arguments(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", "--concurrency", "0,8"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "concurrency levels must be positive" in bad.stderr
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--mode", "grpc"]) == 2  # --url serves HTTP, not gRPC
 
 
 def test_workloads_never_put_one_request_in_flight_twice():

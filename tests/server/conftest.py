@@ -1,19 +1,14 @@
 import httpx
 import pytest
 
-from encoderrt import Engine
 from encoderrt.server import ServerSettings, create_app
-from server_helpers import ready_registry, running_server
+from server_helpers import retrieval_models, running_server
 
 
 @pytest.fixture(scope="session")
 def served(minilm_fp32, tiny_artifacts):
-    """One server with an embedding model, a cross-encoder and a classifier, as a retrieval stack runs them."""
-    registry = ready_registry(
-        minilm=Engine.load(minilm_fp32.path, max_batch_tokens=1024),
-        reranker=Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=512),
-        classifier=Engine.load(tiny_artifacts["bert-classifier"], max_batch_tokens=512),
-    )
+    """One server with the retrieval stack's models."""
+    registry = retrieval_models(minilm_fp32, tiny_artifacts)
     with running_server(create_app(ServerSettings(max_client_batch_size=64), registry)) as url:
         yield url, registry
 

@@ -1,0 +1,429 @@
+"""TEI's gRPC API (tei.v1: Info, Embed, Predict, Rerank, with their streams), grpc.health.v1 and reflection, on a
+port of its own (--grpc-port), answered by the same engines under the same limits as the HTTP routes.
+
+TEI's own clients work unmodified: the messages are tei.proto's (server/proto). A stream's messages run
+concurrently, each an engine request of its own that the scheduler batches with everything else, and come back in
+the order they were sent; a high-rate client sends many queries on one stream and pays no HTTP request each. An
+error ends the call (a stream with it) with the gRPC code of the HTTP status the same error gets.
+
+grpc.aio needs an asyncio loop of its own (uvicorn's is uvloop's), so the server runs in a thread with one; the
+engine does not mind which loop awaits it. With --api-key, every call but health and reflection carries
+`authorization: Bearer KEY` metadata, as TEI's do. Tokenize is TEI's too but not served here (UNIMPLEMENTED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hmac
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from encoderrt.runtime.errors import EngineError, InvalidRequest
+from encoderrt.runtime.requests import Completion
+from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest
+from encoderrt.server import proto, tei
+from encoderrt.server.errors import APIError, PayloadTooLarge, status_of
+from encoderrt.server.metrics import Metrics
+from encoderrt.server.registry import ModelRegistry, ServedModel
+from encoderrt.server.settings import ServerSettings
+
+log = logging.getLogger("encoderrt.server")
+
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED, 404: grpc.StatusCode.NOT_FOUND,
+         413: grpc.StatusCode.RESOURCE_EXHAUSTED, 429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+         503: grpc.StatusCode.UNAVAILABLE}
+"""HTTP status of an error (errors.status_of) -> its gRPC code; anything else is INTERNAL."""
+STREAM_IN_FLIGHT = 1024
+"""Messages of one stream running at once (TEI's GRPC_MAX_PARALLEL_STREAM_REQUESTS default); past it, reading the
+stream waits, which holds the client back through gRPC's flow control."""
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+SIDES = {0: "right", 1: "left"}
+"""tei.v1.TruncationDirection -> the engine's truncation side."""
+
+Metadata = proto.message("Metadata")
+Message = Any
+Handler = Callable[[Any, "str | None"], Awaitable[Message]]
+"""A TEIService method: (request or request stream, the model named in the call's metadata) -> reply."""
+
+
+class Failed(Exception):
+    """A call's end with a gRPC status other than OK."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class TEIService:
+    """The handlers, one coroutine per method but the streams, which are made from their unary method's (`_stream`).
+    TEI serves one model, so its messages name none: the model that answers is the one served for the method's
+    kind, or the one named by the call's `model` metadata (an encoderrt extension, where several are served)."""
+
+    def __init__(self, models: ModelRegistry, settings: ServerSettings):
+        self.models = models
+        self.settings = settings
+
+    def _served(self, verb: str, model: str | None) -> ServedModel:
+        return self.models.resolve(model, verb)
+
+    def _check_items(self, count: int, field: str) -> None:
+        limit = self.settings.max_client_batch_size
+        if count > limit:
+            raise PayloadTooLarge(f"{field} has {count} items, above this server's limit of {limit} "
+                                  "(--max-client-batch-size)")
+
+    async def Info(self, request: Message, model: str | None) -> Message:
+        described = tei.describe(self.models, self.settings)
+        kind = next(iter(described["model_type"]))
+        return proto.message("InfoResponse")(
+            version=described["version"], model_id=described["model_id"], model_dtype=described["model_dtype"],
+            model_type={"embedding": 0, "classifier": 1, "reranker": 2}[kind],
+            max_concurrent_requests=described["max_concurrent_requests"],
+            max_input_length=described["max_input_length"], max_batch_tokens=described["max_batch_tokens"],
+            max_client_batch_size=described["max_client_batch_size"],
+            tokenization_workers=described["tokenization_workers"])
+
+    async def Embed(self, request: Message, model: str | None) -> Message:
+        started = time.perf_counter()
+        served = self._served("embed", model)
+        completion = await served.engine.arun(EmbedRequest(
+            [request.inputs], request.normalize, None, request.truncate, prompt_name=_prompt_name(request),
+            truncation_side=SIDES[request.truncation_direction]))
+        return proto.message("EmbedResponse")(embeddings=completion.value[0].tolist(),
+                                              metadata=_metadata(completion, len(request.inputs), started))
+
+    async def EmbedSparse(self, request: Message, model: str | None) -> Message:
+        started = time.perf_counter()
+        served = self._served("embed_sparse", model)
+        if request.truncation_direction != 0 or request.HasField("prompt_name"):
+            raise InvalidRequest("sparse embeddings take neither prompt_name nor a truncation_direction but Right")
+        completion = await served.engine.arun(SparseEmbedRequest([request.inputs], None, request.truncate))
+        values = [{"index": index, "value": value} for index, value in completion.value[0]]
+        return proto.message("EmbedSparseResponse")(sparse_embeddings=values,
+                                                    metadata=_metadata(completion, len(request.inputs), started))
+
+    async def EmbedAll(self, request: Message, model: str | None) -> Message:
+        started = time.perf_counter()
+        served = self._served("embed_all", model)
+        completion = await served.engine.arun(tei.embed_all_request(
+            served, [request.inputs], request.truncate, _prompt_name(request), SIDES[request.truncation_direction]))
+        states = [{"embeddings": row.tolist()} for row in completion.value[0]]
+        return proto.message("EmbedAllResponse")(token_embeddings=states,
+                                                 metadata=_metadata(completion, len(request.inputs), started))
+
+    async def Predict(self, request: Message, model: str | None) -> Message:
+        return await self._predict((request.inputs,), request, model)
+
+    async def PredictPair(self, request: Message, model: str | None) -> Message:
+        if len(request.inputs) != 2:
+            raise InvalidRequest(f"inputs must be a [text, text_pair] pair, got {len(request.inputs)} texts")
+        return await self._predict(tuple(request.inputs), request, model)
+
+    async def _predict(self, sequence: tuple[str, ...], request: Message, model: str | None) -> Message:
+        started = time.perf_counter()
+        served = self._served("classify", model)
+        if request.truncation_direction != 0:
+            raise InvalidRequest("predict cuts inputs at their end: truncation_direction must be Right")
+        completion = await served.engine.arun(tei.predict_request([sequence], request.truncate, request.raw_scores))
+        ranked = tei.ranked_labels(served, completion, request.raw_scores)[0]
+        return proto.message("PredictResponse")(
+            predictions=[{"score": score, "label": label} for score, label in ranked],
+            metadata=_metadata(completion, sum(len(text) for text in sequence), started))
+
+    async def Rerank(self, request: Message, model: str | None) -> Message:
+        started = time.perf_counter()
+        served = self._served("rerank", model)
+        if not request.texts:
+            raise InvalidRequest("texts must not be empty")
+        self._check_items(len(request.texts), "texts")
+        if request.truncation_direction != 0:
+            raise InvalidRequest("rerank cuts texts at their end: truncation_direction must be Right")
+        completion = await served.engine.arun(RerankRequest(request.query, list(request.texts), None,
+                                                            request.truncate, activation=not request.raw_scores))
+        return _ranks(completion, list(request.texts), request.return_text,
+                      len(request.query) + sum(map(len, request.texts)), started)
+
+    async def RerankStream(self, requests: AsyncIterator[Message], model: str | None) -> Message:
+        """(query, text) pairs, each scored; ranked over the whole stream. The first message's raw_scores,
+        return_text, truncate and truncation_direction hold for all (TEI's rule)."""
+        started = time.perf_counter()
+        served = self._served("rerank", model)
+        first = None
+        queries: list[str] = []
+        texts: list[str] = []
+        async for message in requests:
+            first = first or message
+            queries.append(message.query)
+            texts.append(message.text)
+            self._check_items(len(texts), "the stream's texts")
+        if first is None:
+            raise InvalidRequest("the stream sent no texts")
+        if first.truncation_direction != 0:
+            raise InvalidRequest("rerank cuts texts at their end: truncation_direction must be Right")
+        activation = not first.raw_scores
+        if len(set(queries)) == 1:
+            completion = await served.engine.arun(RerankRequest(queries[0], texts, None, first.truncate,
+                                                                activation=activation))
+        else:  # a query per text: each pair scored, then ranked as Rerank ranks
+            scored = await served.engine.arun(ScoreRequest(queries, texts, first.truncate, activation=activation))
+            ranked = sorted(enumerate(scored.value), key=lambda pair: (-pair[1], pair[0]))
+            completion = Completion(ranked, scored.prompt_tokens, scored.timings, scored.row_tokens)
+        return _ranks(completion, texts, first.return_text, sum(map(len, queries)) + sum(map(len, texts)), started)
+
+
+def _prompt_name(request: Message) -> str | None:
+    return request.prompt_name if request.HasField("prompt_name") else None
+
+
+def _metadata(completion: Completion, chars: int, started: float) -> Message:
+    timings = completion.timings
+    return Metadata(compute_chars=chars, compute_tokens=completion.prompt_tokens,
+                    total_time_ns=int((time.perf_counter() - started) * 1e9),
+                    tokenization_time_ns=int(timings.tokenize * 1e9), queue_time_ns=int(timings.queue * 1e9),
+                    inference_time_ns=int(timings.inference * 1e9))
+
+
+def _ranks(completion: Completion, texts: list[str], return_text: bool, chars: int, started: float) -> Message:
+    ranks = [{"index": index, "score": score, **({"text": texts[index]} if return_text else {})}
+             for index, score in completion.value]
+    return proto.message("RerankResponse")(ranks=ranks, metadata=_metadata(completion, chars, started))
+
+
+# -- from handlers to gRPC's method handlers ---------------------------------------------------------------------
+
+
+def _model(context: grpc.aio.ServicerContext) -> str | None:
+    return next((value for key, value in context.invocation_metadata() or () if key == "model"), None)
+
+
+def _failure(error: BaseException) -> Failed:
+    if isinstance(error, Failed):
+        return error
+    if isinstance(error, (APIError, EngineError)):
+        return Failed(CODES.get(status_of(error), grpc.StatusCode.INTERNAL), str(error))
+    log.error("unexpected error in a gRPC call", exc_info=error)
+    return Failed(grpc.StatusCode.INTERNAL, "internal error; the server log has the cause")
+
+
+async def _stream(handler: Callable[[Message], Awaitable[Message]],
+                  requests: AsyncIterator[Message]) -> AsyncIterator[Message]:
+    """Each message a call of `handler`, up to STREAM_IN_FLIGHT at once; replies in the order of the messages."""
+    calls: asyncio.Queue[asyncio.Future[Message] | BaseException | None] = asyncio.Queue()
+    slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+
+    async def read() -> None:
+        try:
+            async for message in requests:
+                await slots.acquire()
+                calls.put_nowait(asyncio.ensure_future(handler(message)))
+        except Exception as error:  # noqa: BLE001 - the client's stream broke: the replies end with its error
+            calls.put_nowait(error)
+        finally:
+            calls.put_nowait(None)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while (call := await calls.get()) is not None:
+            if isinstance(call, BaseException):
+                raise call
+            reply = await call
+            slots.release()
+            yield reply
+    finally:
+        reader.cancel()
+        while not calls.empty():
+            left = calls.get_nowait()
+            if isinstance(left, asyncio.Future):
+                left.cancel()
+
+
+class _Calls:
+    """Wraps handlers into grpc's method handlers: errors become statuses, every call is counted in the metrics."""
+
+    def __init__(self, metrics: Metrics | None):
+        self.metrics = metrics
+
+    def _observe(self, method: str, code: grpc.StatusCode, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_grpc(method, code.name, time.perf_counter() - started)
+
+    def unary(self, method: str, handler: Handler) -> Callable[..., Awaitable[Message]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Message:
+            started = time.perf_counter()
+            try:
+                reply = await handler(request, _model(context))
+            except asyncio.CancelledError:
+                self._observe(method, grpc.StatusCode.CANCELLED, started)
+                raise
+            except Exception as error:  # noqa: BLE001 - every failure becomes a status; _failure logs our bugs
+                failed = _failure(error)
+                self._observe(method, failed.code, started)
+                await context.abort(failed.code, failed.details)
+            self._observe(method, grpc.StatusCode.OK, started)
+            return reply
+
+        return call
+
+    def streaming(self, method: str, handler: Handler) -> Callable[..., Any]:
+        async def call(requests: AsyncIterator[Message], context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
+            started = time.perf_counter()
+            model = _model(context)
+            try:
+                async for reply in _stream(lambda message: handler(message, model), requests):
+                    yield reply
+            except asyncio.CancelledError:
+                self._observe(method, grpc.StatusCode.CANCELLED, started)
+                raise
+            except Exception as error:  # noqa: BLE001 - as unary's
+                failed = _failure(error)
+                self._observe(method, failed.code, started)
+                await context.abort(failed.code, failed.details)
+            self._observe(method, grpc.StatusCode.OK, started)
+
+        return call
+
+
+def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.GenericRpcHandler]:
+    """grpc's handlers for every method tei.proto declares that TEIService answers: a unary method by its handler,
+    a streaming one (X + "Stream") by X's handler over each message, RerankStream by its own."""
+    calls = _Calls(metrics)
+    generic = []
+    for name, descriptor in proto.file.services_by_name.items():
+        handlers = {}
+        for method in descriptor.methods:
+            request_type = proto.message(method.input_type.name)
+            reply_type = proto.message(method.output_type.name)
+            path = f"/{descriptor.full_name}/{method.name}"
+            io = {"request_deserializer": request_type.FromString, "response_serializer": reply_type.SerializeToString}
+            if method.client_streaming and method.server_streaming:
+                unary = getattr(service, method.name.removesuffix("Stream"), None)
+                if unary is not None:
+                    handlers[method.name] = grpc.stream_stream_rpc_method_handler(calls.streaming(path, unary), **io)
+            elif method.client_streaming:
+                gathered = getattr(service, method.name, None)
+                if gathered is not None:
+                    handlers[method.name] = grpc.stream_unary_rpc_method_handler(calls.unary(path, gathered), **io)
+            elif hasattr(service, method.name):
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    calls.unary(path, getattr(service, method.name)), **io)
+        if handlers:
+            generic.append(grpc.method_handlers_generic_handler(descriptor.full_name, handlers))
+    return generic
+
+
+class _ApiKey(grpc.aio.ServerInterceptor):
+    """`authorization: Bearer KEY` metadata on every call but health and reflection, as the HTTP routes' header."""
+
+    def __init__(self, api_key: str):
+        self.api_key = api_key.encode()
+
+    async def intercept_service(self, continuation: Callable[..., Awaitable[Any]],
+                                details: grpc.HandlerCallDetails) -> Any:
+        if details.method.startswith(OPEN_SERVICES):
+            return await continuation(details)
+        values = [value for key, value in details.invocation_metadata or () if key == "authorization"]
+        scheme, _, token = (values[0] if len(values) == 1 else "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key):
+            return await continuation(details)
+        message = ("missing or wrong API key: send 'authorization: Bearer <key>' metadata" if len(values) < 2
+                   else f"{len(values)} authorization metadata entries: send one")
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(refuse) if not handler.response_streaming else \
+                grpc.stream_stream_rpc_method_handler(refuse)
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+class GrpcServer:
+    """The gRPC server in a thread with its own loop: `start` returns once it listens (or raises why it cannot),
+    `stop` ends the calls in flight within a grace period and returns once the thread has."""
+
+    def __init__(self, models: ModelRegistry, settings: ServerSettings, metrics: Metrics | None = None):
+        self.models = models
+        self.settings = settings
+        self.metrics = metrics
+        self.port: int | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="encoderrt-grpc", daemon=True)
+        self._listening: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._stopping: asyncio.Event | None = None
+        self._grace = 0.0
+        self._health = health.aio.HealthServicer()
+
+    def start(self) -> int:
+        self._thread.start()
+        self.port = self._listening.result()
+        return self.port
+
+    def stop(self, grace_s: float) -> None:
+        if not self._thread.is_alive():
+            return
+        self._grace = grace_s
+        self._loop.call_soon_threadsafe(self._stop_soon)
+        self._thread.join()
+
+    def mark_serving(self, serving: bool) -> None:
+        """grpc.health.v1's status of the server ("") and of each TEI service; callable from any thread."""
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._set_health(serving), self._loop)
+
+    def _stop_soon(self) -> None:
+        assert self._stopping is not None
+        self._stopping.set()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as error:  # noqa: BLE001 - handed to start(), which raises it in the caller
+            if not self._listening.done():
+                self._listening.set_exception(error)
+            else:
+                log.error("the gRPC server stopped: %s", error)
+        finally:
+            self._loop.close()
+
+    async def _set_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", *(s.full_name for s in proto.file.services_by_name.values() if s.name != "Tokenize")):
+            await self._health.set(name, status)
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        limit = self.settings.max_body_bytes
+        server = grpc.aio.server(
+            interceptors=[_ApiKey(self.settings.api_key)] if self.settings.api_key else None,
+            options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=self.settings.connections.max_connections)
+        server.add_generic_rpc_handlers(method_handlers(TEIService(self.models, self.settings), self.metrics))
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        await self._set_health(self.models.ready)
+        names = [s.full_name for s in proto.file.services_by_name.values() if s.name != "Tokenize"]
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server,
+                                            pool=proto.pool)
+        address = f"{self.settings.host}:{self.settings.grpc_port}"
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as error:
+            raise OSError(f"cannot listen for gRPC on {address} (--grpc-port): {error}") from None
+        await server.start()
+        self._listening.set_result(port)
+        await self._stopping.wait()
+        await self._set_health(False)
+        await server.stop(self._grace)
+

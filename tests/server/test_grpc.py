@@ -1,0 +1,273 @@
+"""TEI's gRPC API: a TEI client's own stubs (compiled from tei.proto by grpcio-tools), and a call encoded by hand
+from TEI's field numbers, against sentence-transformers and the HTTP routes."""
+
+import importlib
+import struct
+import sys
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from encoderrt import Engine
+from encoderrt.server import ServerSettings, create_app, proto
+from encoderrt.server.proto.__main__ import compile_descriptors
+from encoderrt.server.registry import ModelRegistry
+from server_helpers import free_port, retrieval_models, running_server
+
+KEY = "grpc-secret"
+AUTH = (("authorization", f"Bearer {KEY}"),)
+TEXTS = ["how do I bake bread", "the weather in Lisbon", "a b c", "gRPC streams amortise a request's cost",
+         "ünïcödé and emoji 🚀", "x " * 40]
+
+
+@pytest.fixture(scope="module")
+def tei(tmp_path_factory):
+    """TEI's Python client as its users make it: stubs compiled from tei.proto."""
+    from grpc_tools import protoc
+
+    out = tmp_path_factory.mktemp("tei-client")
+    assert protoc.main(["protoc", f"-I{proto.PROTO.parent}", f"--python_out={out}", f"--grpc_python_out={out}",
+                        proto.PROTO.name]) == 0
+    sys.path.insert(0, str(out))
+    try:
+        yield importlib.import_module("tei_pb2"), importlib.import_module("tei_pb2_grpc")
+    finally:
+        sys.path.remove(str(out))
+
+
+@pytest.fixture(scope="module")
+def grpc_served(minilm_fp32, tiny_artifacts):
+    settings = ServerSettings(max_client_batch_size=64, grpc_port=free_port(), api_key=KEY)
+    with running_server(create_app(settings, retrieval_models(minilm_fp32, tiny_artifacts)), settings) as url:
+        with grpc.insecure_channel(f"127.0.0.1:{settings.grpc_port}") as channel:
+            yield url, channel
+
+
+@pytest.fixture(scope="module")
+def channel(grpc_served):
+    return grpc_served[1]
+
+
+@pytest.fixture(scope="module")
+def http(grpc_served):
+    with httpx.Client(base_url=grpc_served[0], timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def minilm_reference(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+def test_the_shipped_descriptors_are_the_proto_compiled(tmp_path):
+    compile_descriptors(str(tmp_path / "tei.binpb"))
+    fresh = descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "tei.binpb").read_bytes())
+    assert fresh == descriptor_pb2.FileDescriptorSet.FromString(proto.DESCRIPTORS.read_bytes()), \
+        "tei.proto changed: run python -m encoderrt.server.proto"
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+
+
+def test_a_call_encoded_by_hand_from_teis_field_numbers_is_answered(channel, minilm_reference):
+    """TEI's EmbedRequest: inputs = 1 (string), truncate = 2, normalize = 3 (bools); EmbedResponse: embeddings = 1
+    (packed floats), metadata = 2 (compute_tokens = 2)."""
+    text = "hello world".encode()
+    request = b"\x0a" + bytes([len(text)]) + text + b"\x10\x01" + b"\x18\x01"
+    reply = channel.unary_unary("/tei.v1.Embed/Embed")(request, metadata=AUTH, timeout=30)
+    fields, at = {}, 0
+    while at < len(reply):
+        key, at = _varint(reply, at)
+        assert key & 7 == 2, "both of EmbedResponse's fields are length-delimited"
+        length, at = _varint(reply, at)
+        fields[key >> 3], at = reply[at:at + length], at + length
+    vector = np.array(struct.unpack(f"<{len(fields[1]) // 4}f", fields[1]))
+    expected = minilm_reference.encode("hello world", normalize_embeddings=True)
+    np.testing.assert_allclose(vector, expected, atol=2e-5)
+    metadata, at = {}, 0
+    while at < len(fields[2]):  # every Metadata field is a varint
+        key, at = _varint(fields[2], at)
+        metadata[key >> 3], at = _varint(fields[2], at)
+    assert (metadata[1], metadata[2]) == (11, 4)  # compute_chars; compute_tokens: [CLS] hello world [SEP]
+
+
+def test_embed_and_its_stream_match_sentence_transformers_in_order(channel, tei, minilm_reference):
+    pb, stubs = tei
+    embed = stubs.EmbedStub(channel)
+    expected = minilm_reference.encode(TEXTS, normalize_embeddings=True)
+    single = embed.Embed(pb.EmbedRequest(inputs=TEXTS[0], normalize=True, truncate=True), metadata=AUTH, timeout=30)
+    np.testing.assert_allclose(single.embeddings, expected[0], atol=2e-5)
+    assert single.metadata.compute_chars == len(TEXTS[0]) and single.metadata.inference_time_ns > 0
+    many = TEXTS * 20
+    replies = list(embed.EmbedStream(iter(pb.EmbedRequest(inputs=t, normalize=True, truncate=True) for t in many),
+                                     metadata=AUTH, timeout=60))
+    assert len(replies) == len(many)
+    np.testing.assert_allclose(np.array([r.embeddings for r in replies]), np.tile(expected, (20, 1)), atol=2e-5)
+    raw = np.array(embed.Embed(pb.EmbedRequest(inputs=TEXTS[1], normalize=False, truncate=True), metadata=AUTH,
+                               timeout=30).embeddings)
+    assert np.linalg.norm(raw) > 1.5  # the mean-pooled vector, before the model's Normalize module
+    np.testing.assert_allclose(raw / np.linalg.norm(raw), expected[1], atol=2e-5)
+
+
+def test_truncation_direction_keeps_the_end(channel, tei, http):
+    pb, stubs = tei
+    long = " ".join(f"word{i}" for i in range(400))
+    left = stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs=long, normalize=True, truncate=True,
+                                                          truncation_direction=pb.TRUNCATION_DIRECTION_LEFT),
+                                          metadata=AUTH, timeout=30)
+    over_http = http.post("/embed", json={"inputs": long, "truncation_direction": "Left"}).json()[0]
+    np.testing.assert_allclose(left.embeddings, over_http, atol=1e-6)
+
+
+def test_rerank_and_its_stream_match_the_cross_encoder(channel, tei, tiny_models):
+    from sentence_transformers import CrossEncoder
+
+    pb, stubs = tei
+    query, texts = "what is bread", TEXTS[:5]
+    scores = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu").predict([(query, t) for t in texts])
+    expected = sorted(range(len(texts)), key=lambda i: -scores[i])
+    rerank = stubs.RerankStub(channel)
+    reply = rerank.Rerank(pb.RerankRequest(query=query, texts=texts, truncate=True, return_text=True),
+                          metadata=AUTH, timeout=30)
+    assert [r.index for r in reply.ranks] == expected
+    np.testing.assert_allclose([r.score for r in reply.ranks], scores[expected], atol=1e-5)
+    assert [r.text for r in reply.ranks] == [texts[i] for i in expected]
+    streamed = rerank.RerankStream(iter(pb.RerankStreamRequest(query=query, text=t, truncate=True) for t in texts),
+                                   metadata=AUTH, timeout=30)
+    assert [(r.index, r.HasField("text")) for r in streamed.ranks] == [(i, False) for i in expected]
+    np.testing.assert_allclose([r.score for r in streamed.ranks], scores[expected], atol=1e-5)
+    queries = ["what is bread", "weather", "letters", "networking", "unicode"]
+    pairs = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu").predict(list(zip(queries, texts)))
+    mixed = rerank.RerankStream(iter(pb.RerankStreamRequest(query=q, text=t, truncate=True)
+                                     for q, t in zip(queries, texts)), metadata=AUTH, timeout=30)
+    assert [r.index for r in mixed.ranks] == sorted(range(5), key=lambda i: -pairs[i])
+
+
+def test_predict_answers_as_the_http_route(channel, tei, http):
+    pb, stubs = tei
+    predict = stubs.PredictStub(channel)
+    for raw_scores in (False, True):
+        reply = predict.Predict(pb.PredictRequest(inputs=TEXTS[0], truncate=True, raw_scores=raw_scores),
+                                metadata=AUTH, timeout=30)
+        expected = http.post("/predict", json={"inputs": TEXTS[0], "raw_scores": raw_scores}).json()
+        assert [p.label for p in reply.predictions] == [p["label"] for p in expected]
+        np.testing.assert_allclose([p.score for p in reply.predictions], [p["score"] for p in expected], atol=1e-6)
+    streamed = list(predict.PredictStream(iter(pb.PredictRequest(inputs=t, truncate=True) for t in TEXTS),
+                                          metadata=AUTH, timeout=30))
+    expected = http.post("/predict", json={"inputs": [[t] for t in TEXTS]}).json()
+    assert [[p.label for p in r.predictions] for r in streamed] == [[p["label"] for p in e] for e in expected]
+    pair = predict.PredictPair(pb.PredictPairRequest(inputs=["a question", "an answer"], truncate=True),
+                               metadata=[*AUTH, ("model", "reranker")], timeout=30)
+    over_http = http.post("/predict", json={"model": "reranker", "inputs": ["a question", "an answer"]}).json()
+    assert pair.predictions[0].score == pytest.approx(over_http[0]["score"], abs=1e-6)
+
+
+def test_info_describes_the_first_model(channel, tei, http):
+    pb, stubs = tei
+    info = stubs.InfoStub(channel).Info(pb.InfoRequest(), metadata=AUTH, timeout=30)
+    over_http = http.get("/info").json()
+    assert (info.model_id, info.model_type, info.max_input_length, info.max_client_batch_size) == \
+        (over_http["model_id"], pb.MODEL_TYPE_EMBEDDING, over_http["max_input_length"], 64)
+
+
+def _code(call) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as failed:
+        call()
+    return failed.value.code(), failed.value.details()
+
+
+def test_errors_end_the_call_with_the_code_of_their_http_status(channel, tei):
+    pb, stubs = tei
+    embed, rerank = stubs.EmbedStub(channel), stubs.RerankStub(channel)
+    code, details = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="word " * 400, truncate=False),
+                                              metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "above the model's limit of 256 tokens" in details
+    code, details = _code(lambda: rerank.Rerank(pb.RerankRequest(query="q", texts=["t"] * 65), metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "65 items, above this server's limit of 64" in details
+    code, details = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="x"), metadata=[*AUTH, ("model", "nope")],
+                                              timeout=30))
+    assert code == grpc.StatusCode.NOT_FOUND and "model 'nope' is not served" in details
+    bad_stream = [pb.EmbedRequest(inputs="fine", truncate=True), pb.EmbedRequest(inputs="word " * 400, truncate=False)]
+    replies = embed.EmbedStream(iter(bad_stream), metadata=AUTH, timeout=30)
+    assert len(next(replies).embeddings) == 384
+    code, details = _code(lambda: next(replies))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "above the model's limit" in details
+    code, _ = _code(lambda: embed.Embed(pb.EmbedRequest(inputs="x" * (3 << 20)), metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # past --max-body-bytes, as HTTP's 413
+    code, _ = _code(lambda: stubs.TokenizeStub(channel).Tokenize(pb.EncodeRequest(inputs="x"), metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+    ok = embed.Embed(pb.EmbedRequest(inputs="still serving", truncate=True), metadata=AUTH, timeout=30)
+    assert len(ok.embeddings) == 384
+
+
+def test_the_api_key_is_asked_of_every_call_but_health_and_reflection(channel, tei):
+    pb, stubs = tei
+    for metadata in ((), (("authorization", "Bearer wrong"),), (("authorization", KEY),)):
+        code, details = _code(lambda: stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs="x"), metadata=metadata,
+                                                                     timeout=30))
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "Bearer <key>" in details
+    code, _ = _code(lambda: list(stubs.EmbedStub(channel).EmbedStream(iter([pb.EmbedRequest(inputs="x")]), timeout=30)))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "tei.v1.Embed", "tei.v1.Rerank"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status == \
+            health_pb2.HealthCheckResponse.SERVING
+    listed = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+    names = {s.name for s in next(listed).list_services_response.service}
+    assert {"tei.v1.Embed", "tei.v1.Predict", "tei.v1.Rerank", "tei.v1.Info", "grpc.health.v1.Health"} <= names
+
+
+def test_calls_are_counted_in_the_metrics(grpc_served, channel, tei):
+    pb, stubs = tei
+    stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs="count me", truncate=True), metadata=AUTH, timeout=30)
+    text = httpx.get(f"{grpc_served[0]}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    line = next(line for line in text.splitlines()
+                if line.startswith("encoderrt_grpc_calls_total") and 'method="/tei.v1.Embed/Embed"' in line
+                and 'code="OK"' in line)
+    assert float(line.rsplit(" ", 1)[1]) >= 1
+
+
+def test_health_says_not_serving_until_the_models_are_ready(minilm_fp32, tei):
+    pb, stubs = tei
+    registry = ModelRegistry()
+    settings = ServerSettings(grpc_port=free_port())
+    with running_server(create_app(settings, registry), settings), \
+            grpc.insecure_channel(f"127.0.0.1:{settings.grpc_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        code, details = _code(lambda: stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs="x"), timeout=10))
+        assert code == grpc.StatusCode.UNAVAILABLE and "models are still loading" in details
+        registry.add("minilm", Engine.load(minilm_fp32.path))
+        registry.mark_ready()
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        assert len(stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs="x"), timeout=30).embeddings) == 384
+
+
+def test_a_busy_grpc_port_is_a_clear_error_at_start():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        from encoderrt.server.tei_grpc import GrpcServer
+
+        with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{port}"):
+            GrpcServer(ModelRegistry(), ServerSettings(grpc_port=port)).start()
