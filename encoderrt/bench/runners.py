@@ -216,7 +216,7 @@ def run_grpc(target: str, workload: Workload, concurrency: int, duration: float,
     The stream's replies come in the order of its messages, so each goes to the oldest text waiting."""
     import grpc
 
-    from encoderrt.server import proto
+    from encoderrt import proto
 
     embed_request, embed_reply = proto.message("EmbedRequest"), proto.message("EmbedResponse")
     rerank_request, rerank_reply = proto.message("RerankRequest"), proto.message("RerankResponse")

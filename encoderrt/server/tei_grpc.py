@@ -26,10 +26,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from encoderrt import proto
 from encoderrt.runtime.errors import EngineError, InvalidRequest
 from encoderrt.runtime.requests import Completion
 from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest
-from encoderrt.server import proto, tei
+from encoderrt.server import tei
 from encoderrt.server.errors import APIError, PayloadTooLarge, status_of
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.registry import ModelRegistry, ServedModel

@@ -13,9 +13,9 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from encoderrt import Engine
-from encoderrt.server import ServerSettings, create_app, proto
-from encoderrt.server.proto.__main__ import compile_descriptors
+from encoderrt import Engine, proto
+from encoderrt.proto.__main__ import compile_descriptors
+from encoderrt.server import ServerSettings, create_app
 from encoderrt.server.registry import ModelRegistry
 from server_helpers import free_port, retrieval_models, running_server
 
@@ -70,7 +70,7 @@ def test_the_shipped_descriptors_are_the_proto_compiled(tmp_path):
     compile_descriptors(str(tmp_path / "tei.binpb"))
     fresh = descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "tei.binpb").read_bytes())
     assert fresh == descriptor_pb2.FileDescriptorSet.FromString(proto.DESCRIPTORS.read_bytes()), \
-        "tei.proto changed: run python -m encoderrt.server.proto"
+        "tei.proto changed: run python -m encoderrt.proto"
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 No generated `_pb2` module: generated code pins the protobuf runtime to the generator's major version, and a
 client's own `tei_pb2` in the same process (TEI's Python clients generate one) would clash with ours in the
 default pool. The descriptor set (`tei.binpb`) is what protoc compiles from `tei.proto`; `python -m
-encoderrt.server.proto` writes it again after the proto changes, and a test holds the two together.
+encoderrt.proto` writes it again after the proto changes, and a test holds the two together.
 """
 
 from __future__ import annotations

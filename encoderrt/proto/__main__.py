@@ -1,10 +1,10 @@
-"""Compile tei.proto into tei.binpb (needs grpcio-tools, a test dependency): python -m encoderrt.server.proto."""
+"""Compile tei.proto into tei.binpb (needs grpcio-tools, a test dependency): python -m encoderrt.proto."""
 
 from __future__ import annotations
 
 import sys
 
-from encoderrt.server.proto import DESCRIPTORS, PROTO
+from encoderrt.proto import DESCRIPTORS, PROTO
 
 
 def compile_descriptors(out: str) -> None:
