@@ -2,6 +2,7 @@
 
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.runtime import engine as engine_module
+from encoderrt.runtime import scheduler as scheduler_module
 from encoderrt.runtime.backends import Batch, first_output
 from encoderrt.runtime.errors import InferenceFailed
 from encoderrt.runtime.throughput import pass_seconds
@@ -160,10 +162,11 @@ def test_nothing_starts_while_a_batch_runs_alone(lone_runs):
     assert backend.ran == [("alone", 1), ("alone", 1)]  # the second was then the only work in its turn
 
 
-def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it_does_not(lone_runs):
+def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it_does_not(lone_runs, monkeypatch):
     """Hand count, smoothed 0.8 / 0.2 against the limit 0.3: company during requests 0-2 brings it to 0.2, 0.36 and
     0.488. Request 2 runs on a stream, so request 3 starts beside it (not from idle: no count). Quiet requests
-    4-6 bring it to 0.39, 0.312 and 0.25, so request 7 runs alone again."""
+    4-6 bring it to 0.39, 0.312 and 0.25, so request 7 runs alone again. (Work above SMALL_WORK_TOKENS: here, any.)"""
+    monkeypatch.setattr(scheduler_module, "SMALL_WORK_TOKENS", 0)
     engine, backend = lone_runs
     futures = [submit(engine, "request 0")]
     for i in range(1, 3):  # each request arrives while the one before it runs alone
@@ -184,6 +187,21 @@ def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it
                            ("stream", 1), ("alone", 1)]
 
 
+def test_small_work_runs_alone_even_while_work_keeps_arriving(lone_runs):
+    """The same arrivals as above, each batch a row of a few tokens (under SMALL_WORK_TOKENS): every one runs alone,
+    none on a stream, since splitting such batches across single-threaded streams only makes them smaller."""
+    engine, backend = lone_runs
+    futures = [submit(engine, "request 0")]
+    for i in range(1, 5):  # each request arrives while the one before it runs alone
+        release = backend.held.get(timeout=10)
+        futures.append(submit(engine, f"request {i}"))
+        release.set()
+        futures[-2].result(timeout=10)
+    backend.held.get(timeout=10).set()
+    futures[-1].result(timeout=10)
+    assert backend.ran == [("alone", 1)] * 5
+
+
 def test_a_failed_lone_run_fails_its_batch_only_and_frees_the_streams(lone_runs):
     engine, backend = lone_runs
     backend.holding, backend.fail_alone = False, True
@@ -192,3 +210,18 @@ def test_a_failed_lone_run_fails_its_batch_only_and_frees_the_streams(lone_runs)
     two = submit(engine, "the first of two rows", "the second of two rows")
     assert len(two.result(timeout=10).outputs) == 2 and backend.ran[-2][0] == "stream"  # not held back by a stale flag
     assert engine.embed(["and the next one"]).shape[0] == 1 and backend.ran[-1][0] == "alone"
+
+
+def test_onnxruntime_runs_a_stream_per_core_and_lone_batches_on_every_core(tiny_artifacts):
+    """A small graph on two threads: two single-threaded sessions for batches side by side, one over both cores for a
+    lone batch; both give the one-session engine's vectors. One thread: one session, nothing to run alone."""
+    texts = ["a short query", "a longer passage about the weather in Lisbon in the spring"]
+    with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=1) as one:
+        assert one.info.parallel_runs == 1 and "streams" not in one.info.execution
+        expected = one.embed(texts)
+    with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=2) as engine:
+        assert engine.info.parallel_runs == 2 and "2 streams" in engine.info.execution
+        np.testing.assert_allclose(engine.embed(texts), expected, atol=1e-5)  # a lone batch, on both cores
+        with ThreadPoolExecutor(16) as pool:  # batches side by side on the streams
+            rows = np.concatenate(list(pool.map(lambda text: engine.embed([text]), texts * 8)))
+        np.testing.assert_allclose(rows, np.tile(expected, (8, 1)), atol=1e-5)

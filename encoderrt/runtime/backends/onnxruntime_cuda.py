@@ -25,5 +25,5 @@ def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> O
     session_options = ort.SessionOptions()
     session_options.log_severity_level = 3
     model_path = artifact_dir / manifest.model_file
-    return OnnxRuntimeBackend(ort.InferenceSession(str(model_path), session_options, providers=providers), model_path,
+    return OnnxRuntimeBackend([ort.InferenceSession(str(model_path), session_options, providers=providers)], model_path,
                               manifest.inputs)
