@@ -95,11 +95,11 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
              console: Console) -> Report:
     info, manifest = engine.info, engine.manifest
     chosen: list[Workload] = []
-    for name in options.workloads:
-        workload = workloads.build(name, info.task, user_texts, options.scale, max(options.concurrency))
+    for kind in options.workloads:  # not `name`: that is the model's, which the report is titled by
+        workload = workloads.build(kind, info.task, user_texts, options.scale, max(options.concurrency))
         if workload is not None:
             chosen.append(workload)
-            if name == "queries" and (batched := workloads.batched_queries(workload, max(options.concurrency))):
+            if kind == "queries" and (batched := workloads.batched_queries(workload, max(options.concurrency))):
                 chosen.append(batched)
     references = _references(options, manifest, info) if options.references else []
     cpu = ceiling.cpu_description()

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from encoderrt import Engine
 from encoderrt.bench import baseline, workloads
 from encoderrt.bench.flops import flops_per_token, matmul_weights
 from encoderrt.cli import main
@@ -159,6 +160,9 @@ def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artif
                  "1,4", "--duration", "0.2", "--scale", "0.1", "--max-batch-tokens", "256", "--out", str(out)])
     assert code == 0, capsys.readouterr().err[-3000:]
     report = json.loads((out / "report.json").read_text())
+    with Engine.load(tiny_artifacts["st-cls"]) as engine:  # the report is titled by the model, not a workload
+        name = engine.info.name
+    assert report["model"]["name"] == name and f"bench: {name} (" in (out / "report.md").read_text()
     rows = {(r["workload"], r["mode"], r["concurrency"]): r for r in report["results"]}
     modes = ("engine", "http", "grpc")
     assert set(rows) == {(w, m, c) for w in ("queries", "queries-batched") for m in modes for c in (1, 4)}
