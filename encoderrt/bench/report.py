@@ -53,6 +53,7 @@ class Measurement:
         """The median over rounds of the server's CPU per request, the process's or its event loop's (`part`), in
         HTTP runs of a server the bench started."""
         figures = [getattr(r.server_cpu_ms_per_request, part) for r in self.runs if r.server_cpu_s is not None]
+        figures = [figure for figure in figures if figure is not None]  # a gRPC run has no event loop's figure
         return statistics.median(figures) if figures else None
 
 

@@ -273,6 +273,20 @@ def test_closed_loop_refuses_fewer_requests_than_clients():
         asyncio.run(closed_loop(call, workload, len(workload.requests) + 1, 0.1, RunResult("rerank", "engine", 1)))
 
 
+def test_server_cpu_is_a_median_over_rounds_and_a_grpc_run_has_no_event_loop_figure():
+    from encoderrt.bench.report import Measurement
+    from encoderrt.bench.runners import RunResult, ServerCpu
+
+    def run(mode, process, loop):
+        return RunResult("queries", mode, 32, latencies=[0.01] * 100, server_cpu_s=ServerCpu(process, loop))
+
+    grpc = Measurement("queries", "grpc", 32, runs=[run("grpc", seconds, None) for seconds in (0.4, 0.6, 0.5)])
+    assert grpc.server_cpu_ms_per_request("process") == pytest.approx(5.0)
+    assert grpc.server_cpu_ms_per_request("loop") is None
+    http = Measurement("queries", "http", 32, runs=[run("http", 0.5, 0.07), run("http", 0.6, 0.06)])
+    assert http.server_cpu_ms_per_request("loop") == pytest.approx(0.65)
+
+
 def test_figures_are_medians_of_per_round_ratios():
     """One disturbed round (the machine busy during the reference) moves neither the ratio nor the rate."""
     from encoderrt.bench.references import ReferenceResult
