@@ -8,6 +8,7 @@ encoderrt.proto` writes it again after the proto changes, and a test holds the t
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ for _file in descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTORS.read_bytes(
 file = pool.FindFileByName("tei.proto")
 
 
+@functools.cache
 def message(name: str) -> Any:
-    """The message class of tei.v1.`name`."""
+    """The message class of tei.v1.`name` (looked up once: handlers ask for it on every call)."""
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))

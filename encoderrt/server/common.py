@@ -34,12 +34,16 @@ def resolve(request: Request, name: str | None, verb: str) -> ServedModel:
 
 
 def check_items(request: Request, items: Sequence[Any], field: str) -> None:
-    """Empty inputs are a client error; more items than --max-client-batch-size is 413."""
-    if len(items) == 0:
+    check_item_count(len(items), field, settings(request).max_client_batch_size)
+
+
+def check_item_count(count: int, field: str, limit: int) -> None:
+    """Empty inputs are a client error; more items than --max-client-batch-size (`limit`) is 413."""
+    if count == 0:
         raise InvalidRequest(f"{field} must not be empty")
-    limit = settings(request).max_client_batch_size
-    if len(items) > limit:
-        raise PayloadTooLarge(f"{field} has {len(items)} items, above this server's limit of {limit} (--max-client-batch-size)")
+    if count > limit:
+        raise PayloadTooLarge(f"{field} has {count} items, above this server's limit of {limit} "
+                              "(--max-client-batch-size)")
 
 
 TextOrTokenInput = str | NonEmpty[str] | NonEmpty[int] | NonEmpty[list[int]]

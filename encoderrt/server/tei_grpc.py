@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,8 +30,9 @@ from encoderrt import proto
 from encoderrt.runtime.errors import EngineError, InvalidRequest
 from encoderrt.runtime.requests import Completion
 from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest
-from encoderrt.server import tei
-from encoderrt.server.errors import APIError, PayloadTooLarge, status_of
+from encoderrt.runtime.tasks.rerank import rank
+from encoderrt.server import common, tei
+from encoderrt.server.errors import APIError, status_of
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.registry import ModelRegistry, ServedModel
 from encoderrt.server.settings import ServerSettings
@@ -55,13 +56,11 @@ Handler = Callable[[Any, "str | None"], Awaitable[Message]]
 """A TEIService method: (request or request stream, the model named in the call's metadata) -> reply."""
 
 
-class Failed(Exception):
+class Failed(NamedTuple):
     """A call's end with a gRPC status other than OK."""
 
-    def __init__(self, code: grpc.StatusCode, details: str):
-        super().__init__(details)
-        self.code = code
-        self.details = details
+    code: grpc.StatusCode
+    details: str
 
 
 class TEIService:
@@ -77,10 +76,7 @@ class TEIService:
         return self.models.resolve(model, verb)
 
     def _check_items(self, count: int, field: str) -> None:
-        limit = self.settings.max_client_batch_size
-        if count > limit:
-            raise PayloadTooLarge(f"{field} has {count} items, above this server's limit of {limit} "
-                                  "(--max-client-batch-size)")
+        common.check_item_count(count, field, self.settings.max_client_batch_size)
 
     async def Info(self, request: Message, model: str | None) -> Message:
         described = tei.describe(self.models, self.settings)
@@ -143,8 +139,6 @@ class TEIService:
     async def Rerank(self, request: Message, model: str | None) -> Message:
         started = time.perf_counter()
         served = self._served("rerank", model)
-        if not request.texts:
-            raise InvalidRequest("texts must not be empty")
         self._check_items(len(request.texts), "texts")
         if request.truncation_direction != 0:
             raise InvalidRequest("rerank cuts texts at their end: truncation_direction must be Right")
@@ -176,8 +170,7 @@ class TEIService:
                                                                 activation=activation))
         else:  # a query per text: each pair scored, then ranked as Rerank ranks
             scored = await served.engine.arun(ScoreRequest(queries, texts, first.truncate, activation=activation))
-            ranked = sorted(enumerate(scored.value), key=lambda pair: (-pair[1], pair[0]))
-            completion = Completion(ranked, scored.prompt_tokens, scored.timings, scored.row_tokens)
+            completion = Completion(rank(scored.value), scored.prompt_tokens, scored.timings, scored.row_tokens)
         return _ranks(completion, texts, first.return_text, sum(map(len, queries)) + sum(map(len, texts)), started)
 
 
@@ -207,8 +200,6 @@ def _model(context: grpc.aio.ServicerContext) -> str | None:
 
 
 def _failure(error: BaseException) -> Failed:
-    if isinstance(error, Failed):
-        return error
     if isinstance(error, (APIError, EngineError)):
         return Failed(CODES.get(status_of(error), grpc.StatusCode.INTERNAL), str(error))
     log.error("unexpected error in a gRPC call", exc_info=error)

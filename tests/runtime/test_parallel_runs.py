@@ -162,18 +162,25 @@ def test_nothing_starts_while_a_batch_runs_alone(lone_runs):
     assert backend.ran == [("alone", 1), ("alone", 1)]  # the second was then the only work in its turn
 
 
+def arriving_during_the_one_before(engine, backend, count):
+    """`count` requests, each submitted while the one before it is held in the backend, that one then released and
+    finished; the last is still held. Their futures."""
+    futures = [submit(engine, "request 0")]
+    for i in range(1, count):
+        release = backend.held.get(timeout=10)
+        futures.append(submit(engine, f"request {i}"))
+        release.set()
+        futures[-2].result(timeout=10)
+    return futures
+
+
 def test_lone_runs_stop_while_work_keeps_arriving_during_them_and_resume_when_it_does_not(lone_runs, monkeypatch):
     """Hand count, smoothed 0.8 / 0.2 against the limit 0.3: company during requests 0-2 brings it to 0.2, 0.36 and
     0.488. Request 2 runs on a stream, so request 3 starts beside it (not from idle: no count). Quiet requests
     4-6 bring it to 0.39, 0.312 and 0.25, so request 7 runs alone again. (Work above SMALL_WORK_TOKENS: here, any.)"""
     monkeypatch.setattr(scheduler_module, "SMALL_WORK_TOKENS", 0)
     engine, backend = lone_runs
-    futures = [submit(engine, "request 0")]
-    for i in range(1, 3):  # each request arrives while the one before it runs alone
-        release = backend.held.get(timeout=10)
-        futures.append(submit(engine, f"request {i}"))
-        release.set()
-        futures[-2].result(timeout=10)
+    futures = arriving_during_the_one_before(engine, backend, 3)
     beside = backend.held.get(timeout=10)  # request 2, on a stream
     futures.append(submit(engine, "request 3"))
     releases = [beside, backend.held.get(timeout=10)]  # request 3 has started beside it before either ends
@@ -191,12 +198,7 @@ def test_small_work_runs_alone_even_while_work_keeps_arriving(lone_runs):
     """The same arrivals as above, each batch a row of a few tokens (under SMALL_WORK_TOKENS): every one runs alone,
     none on a stream, since splitting such batches across single-threaded streams only makes them smaller."""
     engine, backend = lone_runs
-    futures = [submit(engine, "request 0")]
-    for i in range(1, 5):  # each request arrives while the one before it runs alone
-        release = backend.held.get(timeout=10)
-        futures.append(submit(engine, f"request {i}"))
-        release.set()
-        futures[-2].result(timeout=10)
+    futures = arriving_during_the_one_before(engine, backend, 5)
     backend.held.get(timeout=10).set()
     futures[-1].result(timeout=10)
     assert backend.ran == [("alone", 1)] * 5

@@ -43,8 +43,12 @@ class RerankRequest(Request[list[tuple[int, float]]]):
                             self.prompt_name, self.prompt, self.hybrid_weights)
 
         def ranked(outputs: np.ndarray) -> list[tuple[int, float]]:
-            values = scores.finish(outputs)
-            order = sorted(range(len(values)), key=lambda i: (-values[i], i))
-            return [(i, values[i]) for i in order[:self.top_n]]
+            return rank(scores.finish(outputs), self.top_n)
 
         return Plan(scores.rows, ranked, outputs=scores.outputs)
+
+
+def rank(scores: Sequence[float], top_n: int | None = None) -> list[tuple[int, float]]:
+    """(index, score) best first, ties by index; the top_n of them if given."""
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return [(i, scores[i]) for i in order[:top_n]]
