@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 
 from encoderrt import __version__
 from encoderrt.server import cohere, hf_hub, openai, rerank, system, tei, vllm
+from encoderrt.server.direct_routes import DirectRoutes
 from encoderrt.server.errors import describe_errors, install_error_handlers
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ServerMiddleware
@@ -73,7 +74,8 @@ def create_app(
     app.state.models = models
     app.state.settings = settings
     app.state.metrics = Metrics(models)
-    for dialect in (openai, vllm, rerank, cohere, tei, hf_hub, system):
+    dialects = (openai, vllm, rerank, cohere, tei, hf_hub, system)
+    for dialect in dialects:
         app.include_router(dialect.router)
     system.mount_docs(app)
     install_error_handlers(app)
@@ -85,5 +87,7 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     app.add_middleware(ServerMiddleware, metrics=app.state.metrics, api_key=settings.api_key,
-                       max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.connections.request_read_timeout)
+                       max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.connections.request_read_timeout,
+                       direct=DirectRoutes([route for dialect in dialects for route in dialect.router.routes],
+                                           app.exception_handlers))
     return app

@@ -54,10 +54,14 @@ class BodyRoute(APIRoute):
     """An APIRoute whose handler reads the body through ClearBodyRequest (FastAPI's custom-route hook), and calls an
     endpoint of (body, request) directly."""
 
+    direct: Handler | None = None
+    """The endpoint's handler of the request alone, where it takes only its body and the request; the server's
+    middleware calls it without the router (direct_routes.py)."""
+
     def get_route_handler(self) -> Handler:
-        direct = _direct_handler(self)
-        if direct is not None:
-            return direct
+        self.direct = _direct_handler(self)
+        if self.direct is not None:
+            return self.direct
         handler = super().get_route_handler()
 
         async def clear_body_handler(request: Request) -> Response:

@@ -4,12 +4,14 @@ the work of a client that went away.
 Plain ASGI rather than BaseHTTPMiddleware: it streams untouched. A POST runs beside a watcher task
 that waits, once the body is read, for the client's `http.disconnect`; if that comes first the route is
 cancelled, which cancels its engine request, so its rows are dropped before they run (counted as the
-engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed).
+engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed). A POST to
+a dialect's route goes straight to its handler (direct_routes.py); anything else, down FastAPI's stack.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import random
@@ -19,6 +21,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from encoderrt.server.direct_routes import DirectRoutes
 from encoderrt.server.errors import error_response
 from encoderrt.server.metrics import Metrics
 
@@ -34,8 +37,11 @@ log = logging.getLogger("encoderrt.server")
 
 
 class ServerMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None, max_body_bytes: int, body_timeout_s: float):
+    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None, max_body_bytes: int, body_timeout_s: float,
+                 direct: DirectRoutes | None = None):
+        """`direct`: the dialects' POST routes, called past the router (direct_routes.py)."""
         self.app = app
+        self.direct = direct
         self.metrics = metrics
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
@@ -76,7 +82,11 @@ class ServerMiddleware:
                 return
             try:
                 if scope["method"] == "POST":
-                    if await _cancelled_on_disconnect(self.app, scope, self._limited(receive), send_with_id):
+                    app = self.app
+                    route = self.direct.route_for(scope) if self.direct is not None else None
+                    if route is not None:
+                        app = functools.partial(self.direct.run, route)  # type: ignore[union-attr]
+                    if await _cancelled_on_disconnect(app, scope, self._limited(receive), send_with_id):
                         status_holder["status"] = CLIENT_CLOSED
                 else:
                     await self.app(scope, self._limited(receive), send_with_id)
@@ -110,7 +120,7 @@ class ServerMiddleware:
         """Count streamed (chunked) bodies too, and time them: past the size limit the route sees a 413, past the
         read timeout (a body trickled in to hold the connection) a 408. Once the body is in, receive is untimed."""
         received = 0
-        deadline = time.monotonic() + self.body_timeout_s
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         body_done = False
 
         async def limited_receive() -> Message:
@@ -118,7 +128,8 @@ class ServerMiddleware:
             if body_done:
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout_at(deadline):  # a timer, not wait_for's task a message
+                    message = await receive()
             except TimeoutError:
                 # HTTPExceptions, since FastAPI turns anything else raised while reading the body into a 400
                 raise HTTPException(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
