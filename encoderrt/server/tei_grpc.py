@@ -2,9 +2,10 @@
 port of its own (--grpc-port), answered by the same engines under the same limits as the HTTP routes.
 
 TEI's own clients work unmodified: the messages are tei.proto's (server/proto). A stream's messages run
-concurrently, each an engine request of its own that the scheduler batches with everything else, and come back in
-the order they were sent; a high-rate client sends many queries on one stream and pays no HTTP request each. An
-error ends the call (a stream with it) with the gRPC code of the HTTP status the same error gets.
+concurrently and come back in the order they were sent; a high-rate client sends many queries on one stream and
+pays no HTTP request each. EmbedStream's messages that arrive while the stream's engine requests run are embedded
+together, as one request, when they share their settings: a query's cost on the event loop is paid once a group.
+An error ends the call (a stream with it) with the gRPC code of the HTTP status the same error gets.
 
 grpc.aio needs an asyncio loop of its own (uvicorn's is uvloop's), so the server runs in a thread with one; the
 engine does not mind which loop awaits it. With --api-key, every call but health and reflection carries
@@ -19,7 +20,8 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from typing import Any, NamedTuple
 
 import grpc
@@ -46,6 +48,11 @@ CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTIC
 STREAM_IN_FLIGHT = 1024
 """Messages of one stream running at once (TEI's GRPC_MAX_PARALLEL_STREAM_REQUESTS default); past it, reading the
 stream waits, which holds the client back through gRPC's flow control."""
+GROUPS_IN_FLIGHT = 4
+"""Engine requests of one stream of grouped messages running at once (`_stream`): enough to keep a CPU's streams
+busy while the next group gathers."""
+GROUP_MESSAGES = 64
+"""At most this many messages a group: a request the size of a client's batch, well inside the engine's queue."""
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 SIDES = {0: "right", 1: "left"}
 """tei.v1.TruncationDirection -> the engine's truncation side."""
@@ -90,13 +97,23 @@ class TEIService:
             tokenization_workers=described["tokenization_workers"])
 
     async def Embed(self, request: Message, model: str | None) -> Message:
+        return (await self.embed_group([request], model))[0]
+
+    async def embed_group(self, requests: list[Message], model: str | None) -> list[Message]:
+        """Embed requests that share their settings (`_embedding_settings`) as one engine request."""
         started = time.perf_counter()
         served = self._served("embed", model)
+        first = requests[0]
+        texts = [request.inputs for request in requests]
         completion = await served.engine.arun(EmbedRequest(
-            [request.inputs], request.normalize, None, request.truncate, prompt_name=_prompt_name(request),
-            truncation_side=SIDES[request.truncation_direction]))
-        return proto.message("EmbedResponse")(embeddings=completion.value[0].tolist(),
-                                              metadata=_metadata(completion, len(request.inputs), started))
+            texts, first.normalize, None, first.truncate, prompt_name=_prompt_name(first),
+            truncation_side=SIDES[first.truncation_direction]))
+        tokens = completion.row_tokens if len(completion.row_tokens) == len(texts) else None  # else long texts' chunks
+        return [proto.message("EmbedResponse")(
+            embeddings=vector.tolist(),
+            metadata=_metadata(completion, len(text), started,
+                               tokens[i] if tokens else served.engine.count_tokens([text])))
+            for i, (text, vector) in enumerate(zip(texts, completion.value))]
 
     async def EmbedSparse(self, request: Message, model: str | None) -> Message:
         started = time.perf_counter()
@@ -178,9 +195,19 @@ def _prompt_name(request: Message) -> str | None:
     return request.prompt_name if request.HasField("prompt_name") else None
 
 
-def _metadata(completion: Completion, chars: int, started: float) -> Message:
+def _embedding_settings(request: Message) -> tuple[Any, ...]:
+    """What an EmbedRequest's messages must share to run as one engine request."""
+    return request.normalize, request.truncate, request.truncation_direction, _prompt_name(request)
+
+
+GROUPED = {"EmbedStream": ("embed_group", _embedding_settings)}
+"""Streams whose messages run in groups (`_stream`): the method, the handler of a group, and the messages' key."""
+
+
+def _metadata(completion: Completion, chars: int, started: float, tokens: int | None = None) -> Message:
+    """`tokens`: the message's own, where it ran in a group (default: the completion's)."""
     timings = completion.timings
-    return Metadata(compute_chars=chars, compute_tokens=completion.prompt_tokens,
+    return Metadata(compute_chars=chars, compute_tokens=completion.prompt_tokens if tokens is None else tokens,
                     total_time_ns=int((time.perf_counter() - started) * 1e9),
                     tokenization_time_ns=int(timings.tokenize * 1e9), queue_time_ns=int(timings.queue * 1e9),
                     inference_time_ns=int(timings.inference * 1e9))
@@ -206,36 +233,89 @@ def _failure(error: BaseException) -> Failed:
     return Failed(grpc.StatusCode.INTERNAL, "internal error; the server log has the cause")
 
 
-async def _stream(handler: Callable[[Message], Awaitable[Message]],
-                  requests: AsyncIterator[Message]) -> AsyncIterator[Message]:
-    """Each message a call of `handler`, up to STREAM_IN_FLIGHT at once; replies in the order of the messages."""
-    calls: asyncio.Queue[asyncio.Future[Message] | BaseException | None] = asyncio.Queue()
+async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requests: AsyncIterator[Message],
+                  key: Callable[[Message], Hashable] | None = None) -> AsyncIterator[Message]:
+    """Replies to a stream's messages, in the order of the messages.
+
+    Without `key`, each message is a call of `run` of its own, up to STREAM_IN_FLIGHT at once. With it, at most
+    GROUPS_IN_FLIGHT calls run at once; the messages that arrive meanwhile wait, and then the consecutive ones of one
+    key run as one call (one engine request: one tokenising call, one submission, one reply to wait for, rather
+    than one per message). A group that fails runs again message by message, so each gets its own reply or error.
+    """
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[asyncio.Future[Message] | BaseException | None] = asyncio.Queue()
     slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+    waiting: deque[tuple[Message, asyncio.Future[Message]]] = deque()
+    running: set[asyncio.Task[None]] = set()
+    limit = STREAM_IN_FLIGHT if key is None else GROUPS_IN_FLIGHT
+
+    def start() -> None:
+        while waiting and len(running) < limit:
+            group = [waiting.popleft()]
+            if key is not None:
+                shared = key(group[0][0])
+                while waiting and len(group) < GROUP_MESSAGES and key(waiting[0][0]) == shared:
+                    group.append(waiting.popleft())
+            task = asyncio.ensure_future(_answer(run, group))
+            running.add(task)
+            task.add_done_callback(finished)
+
+    def finished(task: asyncio.Task[None]) -> None:
+        running.discard(task)
+        start()
 
     async def read() -> None:
         try:
             async for message in requests:
                 await slots.acquire()
-                calls.put_nowait(asyncio.ensure_future(handler(message)))
+                reply = loop.create_future()
+                replies.put_nowait(reply)
+                waiting.append((message, reply))
+                start()
         except Exception as error:  # noqa: BLE001 - the client's stream broke: the replies end with its error
-            calls.put_nowait(error)
+            replies.put_nowait(error)
         finally:
-            calls.put_nowait(None)
+            replies.put_nowait(None)
 
     reader = asyncio.ensure_future(read())
     try:
-        while (call := await calls.get()) is not None:
-            if isinstance(call, BaseException):
-                raise call
-            reply = await call
+        while (reply := await replies.get()) is not None:
+            if isinstance(reply, BaseException):
+                raise reply
+            value = await reply
             slots.release()
-            yield reply
+            yield value
     finally:
         reader.cancel()
-        while not calls.empty():
-            left = calls.get_nowait()
-            if isinstance(left, asyncio.Future):
+        for task in list(running):  # the stream ended early: the engine drops what its requests still wait for
+            task.cancel()
+        while not replies.empty():
+            left = replies.get_nowait()
+            if isinstance(left, asyncio.Future) and left.done() and not left.cancelled():
+                left.exception()  # seen: an error after the one that ended the stream is not logged as lost
+            elif isinstance(left, asyncio.Future):
                 left.cancel()
+
+
+async def _answer(run: Callable[[list[Message]], Awaitable[list[Message]]],
+                  group: list[tuple[Message, asyncio.Future[Message]]]) -> None:
+    messages = [message for message, _ in group]
+    results: list[Message | BaseException]
+    try:
+        results = list(await run(messages))
+    except Exception as error:  # noqa: BLE001 - the error goes to the message's reply; a group's, to each message
+        if len(messages) == 1:
+            results = [error]
+        else:  # which message failed, and how, is each one's own
+            alone = await asyncio.gather(*(run([message]) for message in messages), return_exceptions=True)
+            results = [outcome if isinstance(outcome, BaseException) else outcome[0] for outcome in alone]
+    for (_, reply), result in zip(group, results):
+        if reply.done():
+            continue
+        if isinstance(result, BaseException):
+            reply.set_exception(result)
+        else:
+            reply.set_result(result)
 
 
 class _Calls:
@@ -265,12 +345,21 @@ class _Calls:
 
         return call
 
-    def streaming(self, method: str, handler: Handler) -> Callable[..., Any]:
+    def streaming(self, method: str, handler: Handler, group_handler: Handler | None = None,
+                  key: Callable[[Message], Hashable] | None = None) -> Callable[..., Any]:
+        """`handler` answers one message; `group_handler`, where given, a group of them of one `key` (`_stream`)."""
+
         async def call(requests: AsyncIterator[Message], context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
             started = time.perf_counter()
             model = _model(context)
+
+            async def run(messages: list[Message]) -> list[Message]:
+                if group_handler is not None:
+                    return await group_handler(messages, model)
+                return [await handler(messages[0], model)]
+
             try:
-                async for reply in _stream(lambda message: handler(message, model), requests):
+                async for reply in _stream(run, requests, key if group_handler is not None else None):
                     yield reply
             except asyncio.CancelledError:
                 self._observe(method, grpc.StatusCode.CANCELLED, started)
@@ -298,8 +387,10 @@ def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.G
             io = {"request_deserializer": request_type.FromString, "response_serializer": reply_type.SerializeToString}
             if method.client_streaming and method.server_streaming:
                 unary = getattr(service, method.name.removesuffix("Stream"), None)
+                group_handler, key = GROUPED.get(method.name, (None, None))
                 if unary is not None:
-                    handlers[method.name] = grpc.stream_stream_rpc_method_handler(calls.streaming(path, unary), **io)
+                    handlers[method.name] = grpc.stream_stream_rpc_method_handler(calls.streaming(
+                        path, unary, group_handler and getattr(service, group_handler), key), **io)
             elif method.client_streaming:
                 gathered = getattr(service, method.name, None)
                 if gathered is not None:

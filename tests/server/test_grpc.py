@@ -123,6 +123,73 @@ def test_embed_and_its_stream_match_sentence_transformers_in_order(channel, tei,
     np.testing.assert_allclose(raw / np.linalg.norm(raw), expected[1], atol=2e-5)
 
 
+def test_a_stream_of_mixed_settings_answers_each_message_as_embed_does(channel, tei):
+    """Messages run in groups of one setting; each reply is the one a unary Embed gives, its own token count too."""
+    pb, stubs = tei
+    embed = stubs.EmbedStub(channel)
+    messages = [pb.EmbedRequest(inputs=text, normalize=i % 3 != 0, truncate=True,
+                                truncation_direction=pb.TRUNCATION_DIRECTION_LEFT if i % 5 == 0 else 0)
+                for i, text in enumerate(TEXTS * 8)]
+    streamed = list(embed.EmbedStream(iter(messages), metadata=AUTH, timeout=60))
+    assert len(streamed) == len(messages)
+    for message, reply in zip(messages, streamed):
+        alone = embed.Embed(message, metadata=AUTH, timeout=30)
+        np.testing.assert_allclose(reply.embeddings, alone.embeddings, atol=2e-5)
+        assert reply.metadata.compute_tokens == alone.metadata.compute_tokens
+        assert reply.metadata.compute_chars == len(message.inputs)
+
+
+def _stream_through(key, fail_on=None, messages=20):
+    """The replies `_stream` gives for messages 0..messages-1, and the calls it made (message lists)."""
+    import asyncio
+
+    from encoderrt.server.tei_grpc import _stream
+
+    calls = []
+
+    async def run(group):
+        calls.append(list(group))
+        await asyncio.sleep(0)
+        if fail_on in group:
+            raise ValueError(f"message {fail_on} is bad")
+        return [message * 10 for message in group]
+
+    async def source():
+        for message in range(messages):
+            yield message
+
+    async def main():
+        replies = []
+        try:
+            async for reply in _stream(run, source(), key):
+                replies.append(reply)
+        except ValueError as error:
+            replies.append(error)
+        return replies
+
+    return asyncio.run(main()), calls
+
+
+def test_a_stream_groups_the_messages_that_arrive_while_its_calls_run():
+    from encoderrt.server.tei_grpc import GROUP_MESSAGES, GROUPS_IN_FLIGHT
+
+    replies, calls = _stream_through(key=lambda message: message // 8)
+    assert replies == [message * 10 for message in range(20)]
+    first = [[message] for message in range(GROUPS_IN_FLIGHT)]  # each arrived with a call free
+    assert calls == first + [list(range(GROUPS_IN_FLIGHT, 8)), list(range(8, 16)), list(range(16, 20))]
+    replies, calls = _stream_through(key=None)
+    assert replies == [message * 10 for message in range(20)] and calls == [[message] for message in range(20)]
+    replies, calls = _stream_through(key=lambda message: 0, messages=GROUPS_IN_FLIGHT + GROUP_MESSAGES + 10)
+    assert [len(call) for call in calls] == [1] * GROUPS_IN_FLIGHT + [GROUP_MESSAGES, 10]  # groups have a cap
+
+
+def test_a_failed_group_runs_again_message_by_message():
+    replies, calls = _stream_through(key=lambda message: message // 8, fail_on=13)
+    assert replies[:13] == [message * 10 for message in range(13)]
+    assert isinstance(replies[13], ValueError) and len(replies) == 14  # the stream ends at the bad message
+    assert list(range(8, 16)) in calls and all([message] in calls for message in range(8, 16))
+
+
 def test_truncation_direction_keeps_the_end(channel, tei, http):
     pb, stubs = tei
     long = " ".join(f"word{i}" for i in range(400))
