@@ -39,10 +39,12 @@ REQUESTS = [
 
 
 def _without_id(response):
-    """The body, less a reply's own random id (Cohere's)."""
+    """The body, less what differs between two replies to one request: a reply's random id (Cohere's, vLLM's) and
+    the second it was made in (vLLM's `created`)."""
     body = response.json()
     if isinstance(body, dict):
         body.pop("id", None)
+        body.pop("created", None)
     return body
 
 
