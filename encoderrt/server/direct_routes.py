@@ -7,7 +7,7 @@ stack, the router matching each route's pattern in turn, the route's own excepti
 one-query request ~0.3 ms of the event loop's ~0.6-0.9 ms (2-core AVX2 EPYC), time every short request takes from
 the backend. Here a POST to such a route's exact path is found in a dict, and its errors go to the app's own
 exception handlers, so its answer, headers and metrics are the ones the full stack gives. Anything else (another
-method, a path with parameters, a served root path) takes the full stack.
+method, a path with parameters) takes the full stack.
 """
 
 from __future__ import annotations
@@ -37,10 +37,16 @@ class DirectRoutes:
         """Exception itself is the outermost middleware's to answer, as in FastAPI's stack."""
 
     def route_for(self, scope: Scope) -> BodyRoute | None:
-        """The route a request goes straight to, or None for the full stack."""
-        if scope["method"] != "POST" or scope.get("root_path"):
+        """The route a request goes straight to, or None for the full stack. Under a root path (a proxy's, a Ray
+        Serve route prefix) the path holds it in front, as ASGI says; one that does not is the router's to judge."""
+        if scope["method"] != "POST":
             return None
-        return self._routes.get(scope["path"])
+        path, root = scope["path"], scope.get("root_path", "")
+        if root:
+            if not path.startswith(root + "/"):
+                return None
+            path = path[len(root):]
+        return self._routes.get(path)
 
     async def run(self, route: BodyRoute, scope: Scope, receive: Any, send: Any) -> None:
         scope.update(route=route, endpoint=route.endpoint, path_params={})  # what the router would have set

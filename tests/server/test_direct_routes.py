@@ -117,4 +117,6 @@ def test_every_dialect_post_route_without_parameters_is_direct(tiny_artifacts):
         found = direct.route_for({"method": "POST", "path": path})
         assert found is not None and found.path == path, path
         assert direct.route_for({"method": "GET", "path": path}) is None
+        assert direct.route_for({"method": "POST", "path": "/api" + path, "root_path": "/api"}) is found
         assert direct.route_for({"method": "POST", "path": path, "root_path": "/api"}) is None
+        assert direct.route_for({"method": "POST", "path": "/apix" + path, "root_path": "/api"}) is None
