@@ -347,7 +347,8 @@ class _Calls:
 
     def streaming(self, method: str, handler: Handler, group_handler: Handler | None = None,
                   key: Callable[[Message], Hashable] | None = None) -> Callable[..., Any]:
-        """`handler` answers one message; `group_handler`, where given, a group of them of one `key` (`_stream`)."""
+        """`handler` answers one message; `group_handler`, where given, a group of them of one `key` (`_stream`):
+        the two come together or not at all."""
 
         async def call(requests: AsyncIterator[Message], context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
             started = time.perf_counter()
@@ -359,7 +360,7 @@ class _Calls:
                 return [await handler(messages[0], model)]
 
             try:
-                async for reply in _stream(run, requests, key if group_handler is not None else None):
+                async for reply in _stream(run, requests, key):
                     yield reply
             except asyncio.CancelledError:
                 self._observe(method, grpc.StatusCode.CANCELLED, started)
@@ -387,10 +388,11 @@ def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.G
             io = {"request_deserializer": request_type.FromString, "response_serializer": reply_type.SerializeToString}
             if method.client_streaming and method.server_streaming:
                 unary = getattr(service, method.name.removesuffix("Stream"), None)
-                group_handler, key = GROUPED.get(method.name, (None, None))
+                group_name, key = GROUPED.get(method.name, (None, None))
+                group_handler = getattr(service, group_name) if group_name else None
                 if unary is not None:
-                    handlers[method.name] = grpc.stream_stream_rpc_method_handler(calls.streaming(
-                        path, unary, group_handler and getattr(service, group_handler), key), **io)
+                    handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                        calls.streaming(path, unary, group_handler, key), **io)
             elif method.client_streaming:
                 gathered = getattr(service, method.name, None)
                 if gathered is not None:
