@@ -3,8 +3,8 @@ port of its own (--grpc-port), answered by the same engines under the same limit
 
 TEI's own clients work unmodified: the messages are tei.proto's (server/proto). A stream's messages run
 concurrently and come back in the order they were sent; a high-rate client sends many queries on one stream and
-pays no HTTP request each. EmbedStream's messages that arrive while the stream's engine requests run are embedded
-together, as one request, when they share their settings: a query's cost on the event loop is paid once a group.
+pays no HTTP request each. The messages that arrive while the stream's engine requests run are answered together,
+as one request, when they share their settings: a query's cost on the event loop is paid once a group.
 An error ends the call (a stream with it) with the gRPC code of the HTTP status the same error gets.
 
 grpc.aio needs an asyncio loop of its own (uvicorn's is uvloop's), so the server runs in a thread with one; the
@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
@@ -71,9 +71,10 @@ class Failed(NamedTuple):
 
 
 class TEIService:
-    """The handlers, one coroutine per method but the streams, which are made from their unary method's (`_stream`).
-    TEI serves one model, so its messages name none: the model that answers is the one served for the method's
-    kind, or the one named by the call's `model` metadata (an encoderrt extension, where several are served)."""
+    """The handlers, one coroutine per method; a stream's is its group handler (X_group, in GROUPED), which answers
+    the messages of a group at once, and of which the unary method is a group of one. TEI serves one model, so its
+    messages name none: the model that answers is the one served for the method's kind, or the one named by the
+    call's `model` metadata (an encoderrt extension, where several are served)."""
 
     def __init__(self, models: ModelRegistry, settings: ServerSettings):
         self.models = models
@@ -108,50 +109,62 @@ class TEIService:
         completion = await served.engine.arun(EmbedRequest(
             texts, first.normalize, None, first.truncate, prompt_name=_prompt_name(first),
             truncation_side=SIDES[first.truncation_direction]))
-        tokens = completion.row_tokens if len(completion.row_tokens) == len(texts) else None  # else long texts' chunks
-        return [proto.message("EmbedResponse")(
-            embeddings=vector.tolist(),
-            metadata=_metadata(completion, len(text), started,
-                               tokens[i] if tokens else served.engine.count_tokens([text])))
-            for i, (text, vector) in enumerate(zip(texts, completion.value))]
+        return [proto.message("EmbedResponse")(embeddings=vector.tolist(), metadata=metadata)
+                for vector, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
     async def EmbedSparse(self, request: Message, model: str | None) -> Message:
+        return (await self.embed_sparse_group([request], model))[0]
+
+    async def embed_sparse_group(self, requests: list[Message], model: str | None) -> list[Message]:
         started = time.perf_counter()
         served = self._served("embed_sparse", model)
-        if request.truncation_direction != 0 or request.HasField("prompt_name"):
+        first = requests[0]
+        if first.truncation_direction != 0 or first.HasField("prompt_name"):
             raise InvalidRequest("sparse embeddings take neither prompt_name nor a truncation_direction but Right")
-        completion = await served.engine.arun(SparseEmbedRequest([request.inputs], None, request.truncate))
-        values = [{"index": index, "value": value} for index, value in completion.value[0]]
-        return proto.message("EmbedSparseResponse")(sparse_embeddings=values,
-                                                    metadata=_metadata(completion, len(request.inputs), started))
+        texts = [request.inputs for request in requests]
+        completion = await served.engine.arun(SparseEmbedRequest(texts, None, first.truncate))
+        return [proto.message("EmbedSparseResponse")(sparse_embeddings=common.sparse_values(row), metadata=metadata)
+                for row, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
     async def EmbedAll(self, request: Message, model: str | None) -> Message:
+        return (await self.embed_all_group([request], model))[0]
+
+    async def embed_all_group(self, requests: list[Message], model: str | None) -> list[Message]:
         started = time.perf_counter()
         served = self._served("embed_all", model)
+        first = requests[0]
+        texts = [request.inputs for request in requests]
         completion = await served.engine.arun(tei.embed_all_request(
-            served, [request.inputs], request.truncate, _prompt_name(request), SIDES[request.truncation_direction]))
-        states = [{"embeddings": row.tolist()} for row in completion.value[0]]
-        return proto.message("EmbedAllResponse")(token_embeddings=states,
-                                                 metadata=_metadata(completion, len(request.inputs), started))
+            served, texts, first.truncate, _prompt_name(first), SIDES[first.truncation_direction]))
+        return [proto.message("EmbedAllResponse")(token_embeddings=[{"embeddings": row.tolist()} for row in states],
+                                                  metadata=metadata)
+                for states, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
     async def Predict(self, request: Message, model: str | None) -> Message:
-        return await self._predict((request.inputs,), request, model)
+        return (await self.predict_group([request], model))[0]
+
+    async def predict_group(self, requests: list[Message], model: str | None) -> list[Message]:
+        return await self._predict([(request.inputs,) for request in requests], requests[0], model)
 
     async def PredictPair(self, request: Message, model: str | None) -> Message:
-        if len(request.inputs) != 2:
-            raise InvalidRequest(f"inputs must be a [text, text_pair] pair, got {len(request.inputs)} texts")
-        return await self._predict(tuple(request.inputs), request, model)
+        return (await self.predict_pair_group([request], model))[0]
 
-    async def _predict(self, sequence: tuple[str, ...], request: Message, model: str | None) -> Message:
+    async def predict_pair_group(self, requests: list[Message], model: str | None) -> list[Message]:
+        for request in requests:
+            if len(request.inputs) != 2:
+                raise InvalidRequest(f"inputs must be a [text, text_pair] pair, got {len(request.inputs)} texts")
+        return await self._predict([tuple(request.inputs) for request in requests], requests[0], model)
+
+    async def _predict(self, sequences: list[tuple[str, ...]], first: Message, model: str | None) -> list[Message]:
         started = time.perf_counter()
         served = self._served("classify", model)
-        if request.truncation_direction != 0:
+        if first.truncation_direction != 0:
             raise InvalidRequest("predict cuts inputs at their end: truncation_direction must be Right")
-        completion = await served.engine.arun(tei.predict_request([sequence], request.truncate, request.raw_scores))
-        ranked = tei.ranked_labels(served, completion, request.raw_scores)[0]
-        return proto.message("PredictResponse")(
-            predictions=[{"score": score, "label": label} for score, label in ranked],
-            metadata=_metadata(completion, sum(len(text) for text in sequence), started))
+        completion = await served.engine.arun(tei.predict_request(sequences, first.truncate, first.raw_scores))
+        return [proto.message("PredictResponse")(
+                    predictions=[{"score": score, "label": label} for score, label in ranked], metadata=metadata)
+                for ranked, metadata in zip(tei.ranked_labels(served, completion, first.raw_scores),
+                                            _group_metadata(served, completion, sequences, started))]
 
     async def Rerank(self, request: Message, model: str | None) -> Message:
         started = time.perf_counter()
@@ -195,13 +208,44 @@ def _prompt_name(request: Message) -> str | None:
     return request.prompt_name if request.HasField("prompt_name") else None
 
 
+def _text_settings(request: Message) -> tuple[Any, ...]:
+    """What the messages of a stream of texts (EmbedSparseStream, EmbedAllStream) must share to run as one engine
+    request."""
+    return request.truncate, request.truncation_direction, _prompt_name(request)
+
+
 def _embedding_settings(request: Message) -> tuple[Any, ...]:
-    """What an EmbedRequest's messages must share to run as one engine request."""
-    return request.normalize, request.truncate, request.truncation_direction, _prompt_name(request)
+    return request.normalize, *_text_settings(request)
 
 
-GROUPED = {"EmbedStream": ("embed_group", _embedding_settings)}
+def _predict_settings(request: Message) -> tuple[Any, ...]:
+    return request.truncate, request.truncation_direction, request.raw_scores
+
+
+GROUPED = {"EmbedStream": ("embed_group", _embedding_settings),
+           "EmbedSparseStream": ("embed_sparse_group", _text_settings),
+           "EmbedAllStream": ("embed_all_group", _text_settings),
+           "PredictStream": ("predict_group", _predict_settings),
+           "PredictPairStream": ("predict_pair_group", _predict_settings)}
 """Streams whose messages run in groups (`_stream`): the method, the handler of a group, and the messages' key."""
+
+
+def _group_metadata(served: ServedModel, completion: Completion, inputs: Sequence[str | tuple[str, ...]],
+                    started: float) -> list[Message]:
+    """Each message's metadata, where a group of them ran as one request: its own characters and tokens (the
+    engine's row for it; where long texts ran as several chunks, the tokenizer's count, or a lone message's all)."""
+    rows = completion.row_tokens if len(completion.row_tokens) == len(inputs) else None
+    metadata = []
+    for i, sequence in enumerate(inputs):
+        parts = (sequence,) if isinstance(sequence, str) else sequence
+        if rows or len(inputs) == 1:
+            tokens = rows[i] if rows else completion.prompt_tokens
+        elif len(parts) == 2:
+            tokens = served.engine.count_tokens(pairs=[(parts[0], parts[1])])
+        else:
+            tokens = served.engine.count_tokens(list(parts))
+        metadata.append(_metadata(completion, sum(map(len, parts)), started, tokens))
+    return metadata
 
 
 def _metadata(completion: Completion, chars: int, started: float, tokens: int | None = None) -> Message:
@@ -234,28 +278,27 @@ def _failure(error: BaseException) -> Failed:
 
 
 async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requests: AsyncIterator[Message],
-                  key: Callable[[Message], Hashable] | None = None) -> AsyncIterator[Message]:
+                  key: Callable[[Message], Hashable]) -> AsyncIterator[Message]:
     """Replies to a stream's messages, in the order of the messages.
 
-    Without `key`, each message is a call of `run` of its own, up to STREAM_IN_FLIGHT at once. With it, at most
-    GROUPS_IN_FLIGHT calls run at once; the messages that arrive meanwhile wait, and then the consecutive ones of one
-    key run as one call (one engine request: one tokenising call, one submission, one reply to wait for, rather
-    than one per message). A group that fails runs again message by message, so each gets its own reply or error.
+    At most GROUPS_IN_FLIGHT calls of `run` run at once; the messages that arrive meanwhile wait (up to
+    STREAM_IN_FLIGHT), and then the consecutive ones of one `key` run as one call (one engine request: one tokenising
+    call, one submission, one reply to wait for, rather than one per message). A group that fails runs again message
+    by message, so each gets its own reply or error.
     """
     loop = asyncio.get_running_loop()
     replies: asyncio.Queue[asyncio.Future[Message] | BaseException | None] = asyncio.Queue()
     slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
-    waiting: deque[tuple[Message, asyncio.Future[Message]]] = deque()
+    waiting: deque[tuple[Message, Hashable, asyncio.Future[Message]]] = deque()
     running: set[asyncio.Task[None]] = set()
-    limit = STREAM_IN_FLIGHT if key is None else GROUPS_IN_FLIGHT
 
     def start() -> None:
-        while waiting and len(running) < limit:
-            group = [waiting.popleft()]
-            if key is not None:
-                shared = key(group[0][0])
-                while waiting and len(group) < GROUP_MESSAGES and key(waiting[0][0]) == shared:
-                    group.append(waiting.popleft())
+        while waiting and len(running) < GROUPS_IN_FLIGHT:
+            message, shared, reply = waiting.popleft()
+            group = [(message, reply)]
+            while waiting and len(group) < GROUP_MESSAGES and waiting[0][1] == shared:
+                message, _, reply = waiting.popleft()
+                group.append((message, reply))
             task = asyncio.ensure_future(_answer(run, group))
             running.add(task)
             task.add_done_callback(finished)
@@ -270,7 +313,12 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
                 await slots.acquire()
                 reply = loop.create_future()
                 replies.put_nowait(reply)
-                waiting.append((message, reply))
+                try:
+                    shared = key(message)
+                except Exception as error:  # noqa: BLE001 - a message that cannot be grouped fails, as a bad one
+                    reply.set_exception(error)
+                    continue
+                waiting.append((message, shared, reply))
                 start()
         except Exception as error:  # noqa: BLE001 - the client's stream broke: the replies end with its error
             replies.put_nowait(error)
@@ -345,19 +393,15 @@ class _Calls:
 
         return call
 
-    def streaming(self, method: str, handler: Handler, group_handler: Handler | None = None,
-                  key: Callable[[Message], Hashable] | None = None) -> Callable[..., Any]:
-        """`handler` answers one message; `group_handler`, where given, a group of them of one `key` (`_stream`):
-        the two come together or not at all."""
+    def streaming(self, method: str, group_handler: Handler, key: Callable[[Message], Hashable]) -> Callable[..., Any]:
+        """`group_handler` answers a group of messages of one `key` (`_stream`)."""
 
         async def call(requests: AsyncIterator[Message], context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
             started = time.perf_counter()
             model = _model(context)
 
             async def run(messages: list[Message]) -> list[Message]:
-                if group_handler is not None:
-                    return await group_handler(messages, model)
-                return [await handler(messages[0], model)]
+                return await group_handler(messages, model)
 
             try:
                 async for reply in _stream(run, requests, key):
@@ -376,7 +420,7 @@ class _Calls:
 
 def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.GenericRpcHandler]:
     """grpc's handlers for every method tei.proto declares that TEIService answers: a unary method by its handler,
-    a streaming one (X + "Stream") by X's handler over each message, RerankStream by its own."""
+    a stream of messages and replies by its group handler (GROUPED), RerankStream by its own."""
     calls = _Calls(metrics)
     generic = []
     for name, descriptor in proto.file.services_by_name.items():
@@ -387,12 +431,10 @@ def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.G
             path = f"/{descriptor.full_name}/{method.name}"
             io = {"request_deserializer": request_type.FromString, "response_serializer": reply_type.SerializeToString}
             if method.client_streaming and method.server_streaming:
-                unary = getattr(service, method.name.removesuffix("Stream"), None)
-                group_name, key = GROUPED.get(method.name, (None, None))
-                group_handler = getattr(service, group_name) if group_name else None
-                if unary is not None:
+                if method.name in GROUPED:
+                    group_name, key = GROUPED[method.name]
                     handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                        calls.streaming(path, unary, group_handler, key), **io)
+                        calls.streaming(path, getattr(service, group_name), key), **io)
             elif method.client_streaming:
                 gathered = getattr(service, method.name, None)
                 if gathered is not None:

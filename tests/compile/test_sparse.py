@@ -9,7 +9,7 @@ import tiny_models as tm
 from encoderrt import Engine
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.server import ServerSettings, create_app
-from server_helpers import ready_registry, running_server
+from server_helpers import free_port, ready_registry, running_server
 
 TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "привет мир", "x", " ".join(["rank score"] * 80)]
 
@@ -49,6 +49,18 @@ def test_sparse_vectors_match_sparse_encoder(folder, target, compile_artifact, t
         assert best == row[:3]
 
 
+def _embed_sparse_stream(target: str, texts: list[str]) -> list:
+    import grpc
+
+    from encoderrt import proto
+
+    request, reply = proto.message("EmbedSparseRequest"), proto.message("EmbedSparseResponse")
+    with grpc.insecure_channel(target) as channel:
+        stream = channel.stream_stream("/tei.v1.Embed/EmbedSparseStream", request_serializer=request.SerializeToString,
+                                       response_deserializer=reply.FromString)
+        return list(stream(iter(request(inputs=text, truncate=True) for text in texts), timeout=60))
+
+
 def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
     result = compile_artifact(folder, tmp_path / "artifact")
     with Engine.load(result.path) as engine:
@@ -56,13 +68,20 @@ def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
             engine.embed(TEXTS)
         with pytest.raises(InvalidRequest, match="top_k must be a positive integer"):
             engine.embed_sparse(TEXTS, top_k=0)
-        expected = engine.embed_sparse(TEXTS[:2])
-        with running_server(create_app(ServerSettings(), ready_registry(splade=engine))) as url, \
+        expected, every = engine.embed_sparse(TEXTS[:2]), engine.embed_sparse(TEXTS)
+        settings = ServerSettings(grpc_port=free_port())
+        with running_server(create_app(settings, ready_registry(splade=engine)), settings) as url, \
                 httpx.Client(base_url=url, timeout=60) as http:  # the server closes the engine when it stops
             sparse = http.post("/embed_sparse", json={"inputs": TEXTS[:2]})
             openai = http.post("/v1/embeddings", json={"input": "x", "model": "splade"})
             info = http.get("/info").json()
+            streamed = _embed_sparse_stream(f"127.0.0.1:{settings.grpc_port}", TEXTS * 3)
     assert info["model_type"] == {"embedding": {"pooling": "splade"}}  # as TEI describes a SPLADE model
     assert sparse.status_code == 200
     assert [[(item["index"], item["value"]) for item in row] for row in sparse.json()] == expected
+    assert len(streamed) == len(TEXTS) * 3  # TEI's EmbedSparseStream: each message's weights, in order
+    for reply, row in zip(streamed, every * 3):  # batched with other rows than in `every`: equal to float error
+        weights = {item.index: item.value for item in reply.sparse_embeddings}
+        assert sorted(weights) == sorted(index for index, _ in row)
+        np.testing.assert_allclose([weights[index] for index, _ in row], [value for _, value in row], rtol=1e-5)
     assert openai.status_code == 400 and "sparse model and cannot answer embed (it answers embed_sparse" in openai.text

@@ -177,8 +177,6 @@ def test_a_stream_groups_the_messages_that_arrive_while_its_calls_run():
     assert replies == [message * 10 for message in range(20)]
     first = [[message] for message in range(GROUPS_IN_FLIGHT)]  # each arrived with a call free
     assert calls == first + [list(range(GROUPS_IN_FLIGHT, 8)), list(range(8, 16)), list(range(16, 20))]
-    replies, calls = _stream_through(key=None)
-    assert replies == [message * 10 for message in range(20)] and calls == [[message] for message in range(20)]
     replies, calls = _stream_through(key=lambda message: 0, messages=GROUPS_IN_FLIGHT + GROUP_MESSAGES + 10)
     assert [len(call) for call in calls] == [1] * GROUPS_IN_FLIGHT + [GROUP_MESSAGES, 10]  # groups have a cap
 
@@ -188,6 +186,18 @@ def test_a_failed_group_runs_again_message_by_message():
     assert replies[:13] == [message * 10 for message in range(13)]
     assert isinstance(replies[13], ValueError) and len(replies) == 14  # the stream ends at the bad message
     assert list(range(8, 16)) in calls and all([message] in calls for message in range(8, 16))
+
+
+def test_a_message_whose_key_fails_ends_the_stream_there_and_does_not_hang_it():
+    def key(message):
+        if message == 5:
+            raise ValueError("message 5 has no settings")
+        return 0
+
+    replies, calls = _stream_through(key=key)
+    assert replies[:5] == [message * 10 for message in range(5)]
+    assert isinstance(replies[5], ValueError) and len(replies) == 6
+    assert all(5 not in call for call in calls)
 
 
 def test_truncation_direction_keeps_the_end(channel, tei, http):
@@ -241,6 +251,35 @@ def test_predict_answers_as_the_http_route(channel, tei, http):
                                metadata=[*AUTH, ("model", "reranker")], timeout=30)
     over_http = http.post("/predict", json={"model": "reranker", "inputs": ["a question", "an answer"]}).json()
     assert pair.predictions[0].score == pytest.approx(over_http[0]["score"], abs=1e-6)
+
+
+def test_embed_all_and_predict_pair_streams_answer_as_the_http_routes(channel, tei, http):
+    """Their messages run in groups too: each reply is still its own message's, in order, with its own counts."""
+    pb, stubs = tei
+    embed = stubs.EmbedStub(channel)
+    streamed = list(embed.EmbedAllStream(iter(pb.EmbedAllRequest(inputs=t, truncate=True) for t in TEXTS * 3),
+                                         metadata=AUTH, timeout=60))
+    expected = http.post("/embed_all", json={"inputs": TEXTS, "truncate": True}).json()
+    assert len(streamed) == len(TEXTS) * 3
+    for i, reply in enumerate(streamed):
+        states = np.array([token.embeddings for token in reply.token_embeddings])
+        np.testing.assert_allclose(states, np.array(expected[i % len(TEXTS)]), atol=1e-5)
+        text = TEXTS[i % len(TEXTS)]
+        assert (reply.metadata.compute_tokens, reply.metadata.compute_chars) == (len(states), len(text))
+    pairs = [(f"question {i}", text) for i, text in enumerate(TEXTS * 2)]
+    predict = stubs.PredictStub(channel)
+    scored = list(predict.PredictPairStream(iter(pb.PredictPairRequest(inputs=list(p), truncate=True) for p in pairs),
+                                            metadata=[*AUTH, ("model", "reranker")], timeout=60))
+    over_http = [http.post("/predict", json={"model": "reranker", "inputs": list(p)}).json()[0]["score"] for p in pairs]
+    np.testing.assert_allclose([reply.predictions[0].score for reply in scored], over_http, atol=1e-6)
+    alone = predict.PredictPair(pb.PredictPairRequest(inputs=list(pairs[3]), truncate=True),
+                                metadata=[*AUTH, ("model", "reranker")], timeout=30)
+    assert scored[3].metadata.compute_tokens == alone.metadata.compute_tokens > 0
+    bad = [pb.PredictPairRequest(inputs=list(pairs[0]), truncate=True), pb.PredictPairRequest(inputs=["one"])]
+    replies = predict.PredictPairStream(iter(bad), metadata=[*AUTH, ("model", "reranker")], timeout=30)
+    assert next(replies).predictions[0].score == pytest.approx(over_http[0], abs=1e-6)  # its group-mate failed
+    code, details = _code(lambda: next(replies))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "a [text, text_pair] pair, got 1 texts" in details
 
 
 def test_info_describes_the_first_model(channel, tei, http):
