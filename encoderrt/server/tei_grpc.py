@@ -238,8 +238,10 @@ def _group_metadata(served: ServedModel, completion: Completion, inputs: Sequenc
     metadata = []
     for i, sequence in enumerate(inputs):
         parts = (sequence,) if isinstance(sequence, str) else sequence
-        if rows or len(inputs) == 1:
-            tokens = rows[i] if rows else completion.prompt_tokens
+        if rows:
+            tokens = rows[i]
+        elif len(inputs) == 1:
+            tokens = completion.prompt_tokens
         elif len(parts) == 2:
             tokens = served.engine.count_tokens(pairs=[(parts[0], parts[1])])
         else:
@@ -399,12 +401,8 @@ class _Calls:
         async def call(requests: AsyncIterator[Message], context: grpc.aio.ServicerContext) -> AsyncIterator[Message]:
             started = time.perf_counter()
             model = _model(context)
-
-            async def run(messages: list[Message]) -> list[Message]:
-                return await group_handler(messages, model)
-
             try:
-                async for reply in _stream(run, requests, key):
+                async for reply in _stream(lambda messages: group_handler(messages, model), requests, key):
                     yield reply
             except asyncio.CancelledError:
                 self._observe(method, grpc.StatusCode.CANCELLED, started)
