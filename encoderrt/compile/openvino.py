@@ -34,6 +34,8 @@ from encoderrt.compile.errors import CompileError
 from encoderrt.compile.optimize import check_fusion
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime import texts
+from encoderrt.runtime.backends.base import BackendUnavailable
+from encoderrt.runtime.backends.openvino import MODEL_FILE, import_openvino, native_bf16, without_usage_telemetry
 from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tokenizer import ADAPTER, TextTokenizer
@@ -64,10 +66,9 @@ _COUNTED_OPS = ("ScaledDotProductAttention", "MVN", "Gelu", "FakeQuantize")
 
 def _openvino():
     try:
-        import openvino
-    except ImportError:
+        return import_openvino()
+    except BackendUnavailable:
         raise CompileError("--target openvino needs OpenVINO: pip install openvino") from None
-    return openvino
 
 
 def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
@@ -147,7 +148,8 @@ def quantize_openvino(path: Path, quantized: Path, batches: list[dict[str, np.nd
     8-bit ones (NNCF's overflow fix on every layer; by default, on the first). Returns the new op counts."""
     ov = _openvino()
     try:
-        import nncf
+        with without_usage_telemetry():
+            import nncf
     except ImportError:
         raise CompileError("--target openvino --precision int8 needs NNCF: pip install 'encoderrt[compile]'") from None
     nncf.set_log_level(logging.ERROR)
@@ -182,8 +184,6 @@ def calibration_batches(tokenizer: TextTokenizer, task: str, adapters: int = 0) 
 
 def build(build: Build, folder: Path) -> Manifest:
     """fp32 and bf16 candidates share one IR (bf16 is a hint at load); int8 quantises it."""
-    from encoderrt.runtime.backends.openvino import MODEL_FILE, native_bf16
-
     source, precision, reporter = build.source, build.options.precision, build.reporter
     exported = build.work / "openvino" / MODEL_FILE
     if "openvino_fused_ops" not in build.shared:
@@ -225,7 +225,6 @@ def _quantized(build: Build, folder: Path, exported: Path, manifest: Manifest) -
     down projections stay in bf16 too (their GELU outliers defeat one per-tensor scale), as the onnxruntime int8
     path does. Every attempt is recorded."""
     from encoderrt.compile.parity import artifact_tokenizer
-    from encoderrt.runtime.backends.openvino import MODEL_FILE
 
     batches = calibration_batches(artifact_tokenizer(manifest, folder), build.source.task, len(manifest.adapters))
     attempts: list[dict[str, Any]] = []

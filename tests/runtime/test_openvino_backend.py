@@ -54,3 +54,41 @@ def _lone_and_split_runs(artifact):
                                first_output(split, Batch(rows, tokenizer.pad)), atol=1e-5)
     single = load_backend(manifest, artifact, BackendOptions(1))  # one thread, one stream: nothing to gain
     assert single.parallel_runs == 1 and not single.capabilities.runs_alone
+
+
+_IMPORT_AND_COUNT_EVENTS = """
+import json, os, sys
+import openvino_telemetry.utils.sender as sender
+sent = []
+sender.TelemetrySender.send = lambda self, backend, message: sent.append(message)  # what would leave the machine
+if sys.argv[1] == "encoderrt":
+    from encoderrt.runtime.backends.openvino import import_openvino
+    import_openvino()
+else:
+    import openvino
+import openvino_telemetry
+print(json.dumps({"events": len(sent), "client_id_written": os.path.exists(os.path.expanduser("~/intel")),
+                  "telemetry_importable": sys.modules["openvino_telemetry"] is openvino_telemetry}))
+"""
+
+
+@pytest.mark.parametrize("importer", ["openvino", "encoderrt"])
+def test_importing_openvino_sends_no_usage_event(importer, tmp_path):
+    """`import openvino` sends a usage event (and writes a client id under ~/intel) unless the user opted out or the
+    process runs in CI; encoderrt's import of it sends nothing and leaves openvino_telemetry importable. Plain
+    `import openvino` in the same setting is the check that the setting would send."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("openvino_telemetry", reason="OpenVINO's telemetry package is not installed")
+    environment = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    result = subprocess.run([sys.executable, "-c", _IMPORT_AND_COUNT_EVENTS, importer], capture_output=True, text=True,
+                            env={**environment, "HOME": str(tmp_path)}, timeout=120, check=True)
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["telemetry_importable"]
+    if importer == "openvino":
+        assert seen["events"] == 1 and seen["client_id_written"]
+    else:
+        assert seen == {"events": 0, "client_id_written": False, "telemetry_importable": True}

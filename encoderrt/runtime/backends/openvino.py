@@ -16,8 +16,11 @@ get one core of two: a batch marked `alone` runs on a second compilation with on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +43,41 @@ SHAPE_CACHE_ENTRIES at 100) a bulk job of 200k short texts grew 541 -> 585 MB, a
 either way, alternating runs)."""
 
 
-def _core() -> Any:
+TELEMETRY_MODULE = "openvino_telemetry"
+
+
+@contextlib.contextmanager
+def without_usage_telemetry() -> Iterator[None]:
+    """Imports made inside find no openvino_telemetry, so OpenVINO and NNCF bind their no-op stand-ins for it.
+
+    `import openvino` sends a usage event to Google Analytics unless the user's consent file says no, from a process
+    it forks: a server would try to reach the internet from a closed network, and fork beside gRPC's and the
+    backends' threads. encoderrt sends nothing. The module is importable again afterwards, for whoever asks for it.
+    """
+    hidden = sys.modules.get(TELEMETRY_MODULE)
+    sys.modules[TELEMETRY_MODULE] = None  # type: ignore[assignment]  # None in sys.modules: the import fails
+    try:
+        yield
+    finally:
+        if hidden is None:
+            del sys.modules[TELEMETRY_MODULE]
+        else:
+            sys.modules[TELEMETRY_MODULE] = hidden
+
+
+def import_openvino() -> Any:
+    """The openvino module, imported without its usage event (without_usage_telemetry)."""
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVES))
     try:
-        import openvino
+        with without_usage_telemetry():
+            import openvino
     except ImportError:
         raise BackendUnavailable(f"the openvino target needs OpenVINO: {_INSTALL}") from None
-    return openvino.Core()
+    return openvino
+
+
+def _core() -> Any:
+    return import_openvino().Core()
 
 
 def _has_bf16(core: Any) -> bool:
