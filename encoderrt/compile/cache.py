@@ -23,6 +23,9 @@ from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manife
 log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
+ARTIFACT_LAYOUT = 2
+"""How compile lays an artifact out, in the key so that cached artifacts are rebuilt when it changes (2: onnxruntime
+graphs keep their weights in a file beside them, which the sessions share)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 
 
@@ -59,7 +62,8 @@ def content_key(folder: Path) -> str:
     cache compiles (auto target and precision, which depend on whether this CPU computes bf16)."""
     from encoderrt.runtime.backends.openvino import native_bf16
 
-    digest = hashlib.sha256(f"encoderrt {__version__}; target auto; precision auto; bf16 {native_bf16()}".encode())
+    digest = hashlib.sha256(f"encoderrt {__version__}; layout {ARTIFACT_LAYOUT}; target auto; precision auto; "
+                            f"bf16 {native_bf16()}".encode())
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
         digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]

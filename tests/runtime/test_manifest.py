@@ -63,8 +63,21 @@ def test_a_tampered_model_whose_entry_was_removed_is_refused(tiny_artifacts, tmp
 
 def test_an_unhashed_file_in_the_folder_is_refused(tiny_artifacts, tmp_path):
     artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
-    (artifact / "model.onnx.data").write_bytes(b"weights nobody hashed")
-    with pytest.raises(ManifestError, match="model.onnx.data is not hashed by the manifest"):
+    (artifact / "extra.onnx.data").write_bytes(b"weights nobody hashed")
+    with pytest.raises(ManifestError, match="extra.onnx.data is not hashed by the manifest"):
+        read_manifest(artifact)
+
+
+def test_the_weights_beside_the_graph_are_hashed(tiny_artifacts, tmp_path):
+    """onnxruntime artifacts keep their weights in model.onnx.data, which the runtime maps: a changed byte there is
+    a changed model."""
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    weights = artifact / "model.onnx.data"
+    assert "model.onnx.data" in read_manifest(artifact).files
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="model.onnx.data does not match its sha256"):
         read_manifest(artifact)
 
 
@@ -98,3 +111,22 @@ def test_manifest_facts_are_checked_against_the_graph(tiny_artifacts, tmp_path):
     _edit(artifact, lambda data: (data.update(max_length=32), data["shape"].update(output_dim=7)))
     with pytest.raises(ManifestError, match="output has width 32, the manifest says 7"):
         Engine.load(artifact, max_batch_tokens=256)
+
+
+def test_an_artifact_with_its_weights_inside_the_graph_still_serves(tiny_artifacts, tmp_path):
+    """Artifacts compiled before the weights moved beside the graph hold them inside it; they load as they did and
+    score the same."""
+    import onnx
+
+    from encoderrt import Engine
+    from encoderrt.runtime.manifest import sha256_file
+
+    compiled = tiny_artifacts["bert-cross-encoder"]
+    artifact = _copy(compiled, tmp_path)
+    onnx.save_model(onnx.load(str(artifact / "model.onnx")), str(artifact / "model.onnx"))
+    (artifact / "model.onnx.data").unlink()
+    _edit(artifact, lambda data: (data["files"].pop("model.onnx.data"),
+                                  data["files"].update({"model.onnx": sha256_file(artifact / "model.onnx")})))
+    documents = ["Rivers form when water flows downhill.", "b" * 40]
+    with Engine.load(artifact) as inside, Engine.load(compiled) as beside:
+        assert inside.score("how do rivers form", documents) == beside.score("how do rivers form", documents)
