@@ -18,6 +18,7 @@ from pathlib import Path
 from encoderrt import __version__
 from encoderrt.compile import leftovers
 from encoderrt.compile.progress import StepReporter
+from encoderrt.runtime.cpu import bf16_instructions
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest, sha256_file
 
 log = logging.getLogger("encoderrt.compile")
@@ -60,10 +61,8 @@ def cache_root() -> Path:
 def content_key(folder: Path) -> str:
     """sha256 over the files that define the model (configs, weights, tokenizer), this encoderrt version and how the
     cache compiles (auto target and precision, which depend on whether this CPU computes bf16)."""
-    from encoderrt.runtime.backends.openvino import native_bf16
-
     digest = hashlib.sha256(f"encoderrt {__version__}; layout {ARTIFACT_LAYOUT}; target auto; precision auto; "
-                            f"bf16 {native_bf16()}".encode())
+                            f"bf16 {bf16_instructions()}".encode())  # from the CPU's flags: a restart loads no OpenVINO
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
         digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]

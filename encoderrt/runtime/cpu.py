@@ -11,6 +11,7 @@ from functools import cache
 
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 _INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx_int8")
+_BF16_GEMMS = ("avx512_bf16", "amx_bf16")
 
 
 @cache
@@ -40,3 +41,10 @@ def int8_dot_products(flags: frozenset[str] | None = None) -> bool:
     """
     flags = cpu_model_and_flags()[1] if flags is None else flags
     return any(flag in flags for flag in _INT8_DOT_PRODUCTS)
+
+
+def bf16_instructions(flags: frozenset[str] | None = None) -> bool:
+    """Whether this CPU computes bf16 products natively (avx512_bf16 or AMX), as OpenVINO's BF16 capability says,
+    read without loading OpenVINO (for the compile cache's key)."""
+    flags = cpu_model_and_flags()[1] if flags is None else flags
+    return any(flag in flags for flag in _BF16_GEMMS)

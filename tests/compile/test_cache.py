@@ -67,3 +67,17 @@ def test_cache_list_and_clear(cache, tiny_models, capsys):
     assert main(["cache", "clear"]) == 0
     assert capsys.readouterr().out.strip() == f"removed 1 artifacts, {expected / 1e6:.1f} MB reclaimed"
     assert sorted(p.name for p in cache.iterdir()) == [live.name]  # the live compile's folder is left alone
+
+
+def test_finding_a_cached_artifact_loads_no_openvino(tiny_models):
+    """A restart that finds its artifact (onnxruntime's, here) keys the cache by the CPU's bf16 instructions from its
+    flags, which say what OpenVINO's own capability says, without OpenVINO's 40 MB and its import."""
+    from encoderrt.runtime.backends.openvino import native_bf16
+    from encoderrt.runtime.cpu import bf16_instructions
+
+    assert bf16_instructions() == native_bf16()
+    check = ("import sys; from encoderrt.compile.cache import content_key; "
+             f"content_key(__import__('pathlib').Path({str(tiny_models['st-cls'])!r})); "
+             "print('openvino' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "False"
