@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 from encoderrt.compile.build import Build
-from encoderrt.runtime.backends.onnxruntime_cpu import WEIGHTS_SUFFIX
+from encoderrt.runtime.backends.onnxruntime_cpu import weights_file
 from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import Manifest
 
@@ -31,8 +30,7 @@ def build(build: Build, folder: Path) -> Manifest:
     # parity runs on onnxruntime's CPU provider, whichever target serves the graph
     manifest = build.manifest(folder, fused_ops, target="cpu", model_file=MODEL_FILE)
     if precision != "int8":
-        shutil.copyfile(optimized, final)
-        store_weights_beside(final)
+        save_with_weights_beside(optimized, final)
         figures, failures = build.verify(manifest, folder)
         build.require(figures, failures)
         return replace(manifest, parity=figures, target=build.options.target)
@@ -41,7 +39,7 @@ def build(build: Build, folder: Path) -> Manifest:
         detail = "dynamic int8, per channel" + (", uint8 weights (this CPU has no VNNI)" if unsigned else "") + kept
         with reporter.step("quantise", detail):
             quantize_int8(optimized, final, keep_fp32, unsigned)
-            store_weights_beside(final)
+            save_with_weights_beside(final, final)
         figures, failures = build.verify(manifest, folder)
         attempts.append({"fp32_nodes": list(keep_fp32), "parity": figures, "failures": failures})
         if not failures:
@@ -52,13 +50,13 @@ def build(build: Build, folder: Path) -> Manifest:
                    target=build.options.target)
 
 
-def store_weights_beside(graph: Path) -> None:
-    """Move the graph's weights into a file beside it (WEIGHTS_SUFFIX), which onnxruntime maps instead of copying
-    them into each session: a backend's sessions, and servers on one machine, share one copy of them."""
+def save_with_weights_beside(graph: Path, destination: Path) -> None:
+    """Write `graph` to `destination` with its weights in a file beside it (weights_file), which onnxruntime maps
+    instead of copying them into each session: a backend's sessions, and servers on one machine, share one copy."""
     import onnx
 
     model = onnx.load(str(graph))
-    weights = graph.with_name(graph.name + WEIGHTS_SUFFIX)
+    weights = weights_file(destination)
     weights.unlink(missing_ok=True)  # an earlier attempt's: onnx appends to the file it finds
-    onnx.save_model(model, str(graph), save_as_external_data=True, all_tensors_to_one_file=True,
+    onnx.save_model(model, str(destination), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=weights.name, size_threshold=1024)

@@ -39,12 +39,16 @@ def int8_dot_products(flags: frozenset[str] | None = None) -> bool:
     onnxruntime gets uint8 weights (its u8 x u8 kernels widen before they add), NNCF 7-bit weights on
     every layer (its overflow fix).
     """
-    flags = cpu_model_and_flags()[1] if flags is None else flags
-    return any(flag in flags for flag in _INT8_DOT_PRODUCTS)
+    return _has_any(_INT8_DOT_PRODUCTS, flags)
 
 
 def bf16_instructions(flags: frozenset[str] | None = None) -> bool:
     """Whether this CPU computes bf16 products natively (avx512_bf16 or AMX), as OpenVINO's BF16 capability says,
     read without loading OpenVINO (for the compile cache's key)."""
+    return _has_any(_BF16_GEMMS, flags)
+
+
+def _has_any(wanted: tuple[str, ...], flags: frozenset[str] | None) -> bool:
+    """Whether the CPU (or the given flags) has any of `wanted`."""
     flags = cpu_model_and_flags()[1] if flags is None else flags
-    return any(flag in flags for flag in _BF16_GEMMS)
+    return any(flag in flags for flag in wanted)

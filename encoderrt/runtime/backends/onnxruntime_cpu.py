@@ -88,7 +88,12 @@ def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> O
     return OnnxRuntimeBackend([session(1) for _ in range(threads)], model_path, manifest.inputs, alone=session(threads))
 
 
+def weights_file(model_path: Path) -> Path:
+    """Where the graph's weights are stored beside it (model.onnx.data)."""
+    return model_path.with_name(model_path.name + WEIGHTS_SUFFIX)
+
+
 def graph_bytes(model_path: Path) -> int:
     """The graph's size with its weights, wherever they are stored."""
-    weights = model_path.with_name(model_path.name + WEIGHTS_SUFFIX)
+    weights = weights_file(model_path)
     return model_path.stat().st_size + (weights.stat().st_size if weights.is_file() else 0)
