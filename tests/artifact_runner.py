@@ -33,6 +33,20 @@ def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bo
     return first_output(backend, Batch(encodings, tokenizer.pad))
 
 
+def torch_flops_per_token(folder: Path, tokens: int) -> float:
+    """What PyTorch's own FLOP counter counts for one row of `tokens` through transformers' bare model in `folder`
+    (every matrix multiply, attention's included), per token: the independent reference for the bench's count."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    ids = torch.arange(tokens).reshape(1, -1) % 50 + 5
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return counter.get_total_flops() / tokens
+
+
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 

@@ -243,7 +243,8 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         config = getattr(transformers, {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig",
                                          "llama": "LlamaConfig"}[family])(
             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-            num_key_value_heads=small["num_attention_heads"] // 2, head_dim=small["hidden_size"] // small["num_attention_heads"],
+            num_key_value_heads=small["num_attention_heads"] // 2,
+            head_dim=small.pop("head_dim", small["hidden_size"] // small["num_attention_heads"]),
             **({"sliding_window": 16} if family == "mistral" else {}), **small)  # Mistral's window binds past 16 tokens
     else:
         raise ValueError(f"no tiny checkpoint for {family}")

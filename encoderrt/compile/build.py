@@ -53,14 +53,7 @@ class Build:
             precision=self.options.precision,
             target=self.options.target,
             model_file="model.onnx",
-            shape=ModelShape(
-                hidden_size=source.hidden_size,
-                num_layers=source.num_layers,
-                num_heads=source.num_heads,
-                intermediate_size=int(config.get("intermediate_size", 4 * source.hidden_size)),
-                vocab_size=int(config["vocab_size"]),
-                output_dim=source.output_dim,
-            ),
+            shape=self._shape(),
             pooling=source.pooling,
             normalize=source.normalize,
             activation=source.activation,
@@ -82,6 +75,24 @@ class Build:
         )
         values.update(fields)
         return Manifest(**values)
+
+    def _shape(self) -> ModelShape:
+        """The model's sizes, with its per-token weights counted once for every candidate."""
+        from encoderrt.compile.export import per_token_matmul_weights
+
+        source, config = self.source, self.source.config
+        if "matmul_weights" not in self.shared:
+            self.shared["matmul_weights"] = per_token_matmul_weights(source)
+        return ModelShape(
+            hidden_size=source.hidden_size,
+            num_layers=source.num_layers,
+            num_heads=source.num_heads,
+            intermediate_size=int(config.get("intermediate_size", 4 * source.hidden_size)),
+            vocab_size=int(config["vocab_size"]),
+            output_dim=source.output_dim,
+            matmul_weights=self.shared["matmul_weights"],
+            attention_width=source.num_heads * int(config.get("head_dim") or source.hidden_size // source.num_heads),
+        )
 
     def verify(self, manifest: Manifest, folder: Path, what: str = "parity against PyTorch") -> tuple[dict[str, Any], list[str]]:
         """Parity of the artifact in `folder` on the probe set: (figures, broken tolerances)."""

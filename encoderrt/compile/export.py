@@ -63,6 +63,19 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     return ClassifierLogits(model).eval()
 
 
+def per_token_matmul_weights(source: SourceModel) -> int:
+    """Weights of the matrix multiplies every token runs through (the bench's FLOPs), counted on the family's own
+    module tree built without weights: the encoder's layers, and a sparse model's MLM head. The pooler, the
+    classification head and a causal LM's head run once a row, so they are left out."""
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+    config = AutoConfig.from_pretrained(source.weights_folder, local_files_only=True)
+    with torch.device("meta"):
+        model = (AutoModelForMaskedLM if source.task == "sparse" else AutoModel).from_config(config)
+    return sum(module.weight.numel() for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and "pooler" not in name.split("."))
+
+
 def _dense(path: Path) -> torch.nn.Module:
     """A sentence-transformers Dense module, loaded by sentence-transformers itself (its weights, bias, activation)."""
     from sentence_transformers.sentence_transformer.modules import Dense

@@ -59,6 +59,12 @@ class ModelShape:
     vocab_size: int
     output_dim: int
     """Embedding width for embed, number of labels for score/classify."""
+    matmul_weights: int | None = None
+    """Weights of the matrix multiplies every token runs through, counted on the family's own modules (a GLU
+    feed-forward's three matrices, grouped-query and wide-head attention as they are); None in manifests written
+    before it was recorded, which count BERT's 4h^2 + 2hi a layer."""
+    attention_width: int | None = None
+    """Query heads x head width, what QK^T and AV cost per token and key; None: the hidden size."""
 
 
 @dataclass(frozen=True)

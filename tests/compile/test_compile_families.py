@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import tiny_models as tm
-from artifact_runner import cosine_rows, run_artifact
+from artifact_runner import cosine_rows, run_artifact, torch_flops_per_token
+from encoderrt.bench.flops import flops_per_token
 from encoderrt.runtime.manifest import read_manifest
 
 FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2", "nomic_bert", "gte", "eurobert",
@@ -78,6 +79,16 @@ def test_cross_encoder_logits_match_sentence_transformers(family, target, source
     rows = np.concatenate([run_artifact(result.path, pairs=[pair]) for pair in PAIRS])
     assert np.abs(logits - reference).max() <= 1e-3 and np.abs(rows - reference).max() <= 1e-3
     assert reference.std() > 0.05
+
+
+@pytest.mark.parametrize("family", [family for family in FAMILIES if family != "deberta-v2"])
+def test_manifest_counts_the_flops_each_token_runs(family, sources, artifacts):
+    """The bench's FLOPs per token from the manifest, against PyTorch's FLOP counter on transformers' model: GLU
+    feed-forwards (GTE, NomicBERT, ModernBERT, EuroBERT), grouped-query attention (EuroBERT) and ELECTRA's embedding
+    projection count as they run. (DeBERTa's relative-position terms are left out of the count.)"""
+    shape = artifacts[family, "score", "cpu"].manifest.shape
+    reference = torch_flops_per_token(sources[family, "score"], tokens=40)
+    assert flops_per_token(shape, 40) == pytest.approx(reference, rel=2e-3)
 
 
 @pytest.mark.parametrize("target", ["cpu", "openvino"])

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import tiny_models as tm
-from artifact_runner import cosine_rows, run_artifact
+from artifact_runner import cosine_rows, run_artifact, torch_flops_per_token
 from encoderrt import Engine
+from encoderrt.bench.flops import flops_per_token
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import read_manifest
 
@@ -36,7 +37,8 @@ def sources(tiny_dir):
         for i, (family, side) in enumerate([("qwen3", "left"), ("qwen3", "right"), ("qwen2", "left"),
                                             ("mistral", "left"), ("llama", "left")])
     }
-    folders["qwen3", "score"] = tm.family_checkpoint(root / "qwen3-seq-cls", "qwen3", num_labels=1, seed=9)
+    # Qwen3-0.6B's layout: query heads x head width (4 x 16) twice the hidden size
+    folders["qwen3", "score"] = tm.family_checkpoint(root / "qwen3-seq-cls", "qwen3", num_labels=1, seed=9, head_dim=16)
     return folders
 
 
@@ -96,11 +98,16 @@ def test_last_token_embeddings_match_sentence_transformers(family, side, target,
 
 @pytest.mark.parametrize("target", ["cpu", "openvino"])
 def test_sequence_classification_reranker_matches_the_cross_encoder(target, sources, compile_artifact, tmp_path):
-    """A decoder with a one-label head on its last token (Qwen3-Reranker converted to sequence classification)."""
+    """A decoder with a one-label head on its last token (Qwen3-Reranker converted to sequence classification), its
+    heads wider than the hidden size; the bench's FLOPs per token count them (and grouped-query attention) as
+    PyTorch's own counter does."""
     from sentence_transformers import CrossEncoder
 
     result = compile_artifact(sources["qwen3", "score"], tmp_path / "artifact", target=target)
     assert (result.manifest.task, result.manifest.activation) == ("score", "sigmoid")
+    assert result.manifest.shape.attention_width == 64 == 2 * result.manifest.shape.hidden_size
+    reference = torch_flops_per_token(sources["qwen3", "score"], tokens=40)
+    assert flops_per_token(result.manifest.shape, 40) == pytest.approx(reference, rel=2e-3)
     assert _causal_attention_without_masks(result.path) == 2
     model = CrossEncoder(str(sources["qwen3", "score"]), device="cpu", max_length=result.manifest.max_length)
     reference = model.predict(PAIRS, activation_fn=torch.nn.Identity(), convert_to_numpy=True).reshape(-1, 1)
