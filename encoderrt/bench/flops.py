@@ -12,14 +12,6 @@ from __future__ import annotations
 from encoderrt.runtime.manifest import ModelShape
 
 
-def matmul_weights(shape: ModelShape) -> int:
-    """The recorded per-token weights; for a manifest without them, BERT's Q, K, V, output and two FFN matrices."""
-    if shape.matmul_weights is not None:
-        return shape.matmul_weights
-    h, i = shape.hidden_size, shape.intermediate_size
-    return shape.num_layers * (4 * h * h + 2 * h * i)
-
-
 def flops_per_token(shape: ModelShape, sequence_length: float) -> float:
     width = shape.attention_width if shape.attention_width is not None else shape.hidden_size
-    return 2 * matmul_weights(shape) + shape.num_layers * 4 * sequence_length * width
+    return 2 * shape.per_token_weights() + shape.num_layers * 4 * sequence_length * width

@@ -66,6 +66,13 @@ class ModelShape:
     attention_width: int | None = None
     """Query heads x head width, what QK^T and AV cost per token and key; None: the hidden size."""
 
+    def per_token_weights(self) -> int:
+        """matmul_weights, or for a manifest without them BERT's Q, K, V, output and two FFN matrices a layer."""
+        if self.matmul_weights is not None:
+            return self.matmul_weights
+        h, i = self.hidden_size, self.intermediate_size
+        return self.num_layers * (4 * h * h + 2 * h * i)
+
 
 @dataclass(frozen=True)
 class MultiVector:

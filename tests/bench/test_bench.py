@@ -10,7 +10,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.bench import baseline, workloads
-from encoderrt.bench.flops import flops_per_token, matmul_weights
+from encoderrt.bench.flops import flops_per_token
 from encoderrt.cli import main
 from encoderrt.runtime.manifest import ModelShape
 
@@ -18,7 +18,7 @@ from encoderrt.runtime.manifest import ModelShape
 def test_flops_per_token_against_a_hand_count():
     minilm = ModelShape(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536, vocab_size=30522, output_dim=384)
     # per layer: Q, K, V, O = 4 x 384 x 384 = 589,824; FFN up + down = 2 x 384 x 1536 = 1,179,648
-    assert matmul_weights(minilm) == 6 * (589_824 + 1_179_648) == 10_616_832
+    assert minilm.per_token_weights() == 6 * (589_824 + 1_179_648) == 10_616_832
     # 2 FLOPs per weight, plus QK^T and AV: 6 layers x 4 x 128 tokens x 384
     assert flops_per_token(minilm, 128) == 2 * 10_616_832 + 6 * 4 * 128 * 384 == 22_413_312
 

@@ -227,3 +227,21 @@ def test_onnxruntime_runs_a_stream_per_core_and_lone_batches_on_every_core(tiny_
         with ThreadPoolExecutor(16) as pool:  # batches side by side on the streams
             rows = np.concatenate(list(pool.map(lambda text: engine.embed([text]), texts * 8)))
         np.testing.assert_allclose(rows, np.tile(expected, (8, 1)), atol=1e-5)
+
+
+def test_onnxruntime_keeps_one_session_where_the_streams_copies_of_the_weights_would_pass_the_budget(tiny_artifacts,
+                                                                                                    monkeypatch):
+    """Each session holds its own prepacked GEMM weights: two streams and the lone-batch session hold three copies."""
+    from encoderrt.runtime.backends import onnxruntime_cpu
+    from encoderrt.runtime.manifest import read_manifest
+
+    manifest = read_manifest(tiny_artifacts["st-cls"])
+    h, i = manifest.shape.hidden_size, manifest.shape.intermediate_size  # BERT: Q, K, V, O and the FFN's two matrices
+    copy = manifest.shape.num_layers * (4 * h * h + 2 * h * i) * 4  # bytes of fp32
+    assert onnxruntime_cpu.prepacked_bytes(manifest) == copy == 2 * (4 * 32 * 32 + 2 * 32 * 64) * 4
+    monkeypatch.setattr(onnxruntime_cpu, "STREAMS_MEMORY_BYTES", 3 * copy)
+    with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=2) as engine:
+        assert engine.info.parallel_runs == 2
+    monkeypatch.setattr(onnxruntime_cpu, "STREAMS_MEMORY_BYTES", 3 * copy - 1)
+    with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=2) as engine:
+        assert engine.info.parallel_runs == 1 and "streams" not in engine.info.execution
