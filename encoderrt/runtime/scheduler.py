@@ -16,6 +16,7 @@ runtime/admission.py's call (items waiting, and seconds of work at the measured 
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import threading
@@ -161,6 +162,9 @@ class Scheduler:
         ]
         for thread in self._threads:
             thread.start()
+        # An engine left open when the interpreter exits (an exception, Ctrl-C) must not be running a batch while
+        # the interpreter tears down: onnxruntime aborts the process there. Daemon threads outlive atexit's turn.
+        atexit.register(self.close)
 
     def submit(self, rows: Sequence[Tokens], outputs: tuple[str, ...] = ()) -> Future[Completed]:
         """`outputs`: deliver each row's outputs of these names, instead of its row of the graph's first output."""
@@ -200,6 +204,7 @@ class Scheduler:
         return ticket.future
 
     def close(self, timeout: float = 5.0) -> None:
+        atexit.unregister(self.close)
         with self._cond:
             self._closed = True
             waiting = list(self._rows.values())

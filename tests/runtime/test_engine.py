@@ -1,6 +1,9 @@
 """Engine behaviour: parity through the scheduler, concurrency, batching, cancellation, overload, errors."""
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -371,3 +374,23 @@ def test_calibration_feeds_only_ids_inside_the_vocabulary(vocab_size):
     assert result.max_batch_tokens >= 64 and backend.fed
     assert all(0 <= ids.min() and ids.max() < vocab_size for ids in backend.fed)
     assert len(np.unique(backend.fed[0])) > 3  # still varied text, not one repeated id
+
+
+def test_an_engine_left_open_with_a_batch_running_lets_the_interpreter_exit(minilm_fp32):
+    """A script that ends (an exception, Ctrl-C) while its engine runs a batch: the engine stops at exit once the
+    batch is done, and the process exits with its own status; onnxruntime aborted it (SIGABRT) mid-teardown before."""
+    script = textwrap.dedent("""
+        import sys, threading, time
+        from encoderrt import Engine
+        engine = Engine.load(sys.argv[1])
+        texts = [f"passage {i} " + "word " * 200 for i in range(400)]
+        threading.Thread(target=lambda: engine.embed(texts), daemon=True).start()
+        while engine.stats.snapshot()["items"] == 0:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        raise SystemExit("leaving with work in flight")
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(minilm_fp32.path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "leaving with work in flight" in done.stderr and "terminate called" not in done.stderr
