@@ -1,4 +1,5 @@
-"""Run a compiled artifact without the scheduler: the raw graph output for texts or pairs."""
+"""Run a compiled artifact without the scheduler: the raw graph output for texts or pairs; and PyTorch's own FLOP
+count of a model, the bench's reference."""
 
 from __future__ import annotations
 

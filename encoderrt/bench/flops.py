@@ -13,5 +13,4 @@ from encoderrt.runtime.manifest import ModelShape
 
 
 def flops_per_token(shape: ModelShape, sequence_length: float) -> float:
-    width = shape.attention_width if shape.attention_width is not None else shape.hidden_size
-    return 2 * shape.per_token_weights() + shape.num_layers * 4 * sequence_length * width
+    return 2 * shape.per_token_weights() + shape.num_layers * 4 * sequence_length * shape.query_width()

@@ -73,6 +73,10 @@ class ModelShape:
         h, i = self.hidden_size, self.intermediate_size
         return self.num_layers * (4 * h * h + 2 * h * i)
 
+    def query_width(self) -> int:
+        """attention_width, or for a manifest without it the hidden size."""
+        return self.attention_width if self.attention_width is not None else self.hidden_size
+
 
 @dataclass(frozen=True)
 class MultiVector:
