@@ -131,14 +131,18 @@ def _small(**overrides):
 
 
 def bert_checkpoint(folder: Path, num_labels: int | None, max_positions: int = 64, seed: int = 0,
-                    extra_tokens: tuple[str, ...] = (), **sizes) -> Path:
-    """A BERT encoder (num_labels None) or sequence classifier with a WordPiece tokenizer; `sizes` override _small's."""
+                    extra_tokens: tuple[str, ...] = (), vocab_rows: int | None = None, **sizes) -> Path:
+    """A BERT encoder (num_labels None) or sequence classifier with a WordPiece tokenizer; `sizes` override _small's.
+
+    `vocab_rows`: an embedding table longer than the tokenizer's vocabulary, as checkpoints pad theirs (Qwen3's
+    151,936 rows for 151,669 tokens): bytes that cost no compute, for a large file in a quick test."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     torch.manual_seed(seed)
     tokenizer = _wordpiece_tokenizer(max_positions, extra=extra_tokens)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=max_positions, **_small(**sizes),
+    config = BertConfig(vocab_size=vocab_rows or tokenizer.vocab_size, max_position_embeddings=max_positions,
+                        **_small(**sizes),
                         **({"num_labels": num_labels} if num_labels else {}))
     model = BertForSequenceClassification(config) if num_labels else BertModel(config)
     model.save_pretrained(folder)

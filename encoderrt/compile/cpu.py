@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 from encoderrt.compile.build import Build
 from encoderrt.runtime.backends.onnxruntime_cpu import weights_file
@@ -38,6 +40,7 @@ def build(build: Build, folder: Path) -> Manifest:
     for keep_fp32, kept in int8_attempts(optimized):
         detail = "dynamic int8, per channel" + (", uint8 weights (this CPU has no VNNI)" if unsigned else "") + kept
         with reporter.step("quantise", detail):
+            weights_file(final).unlink(missing_ok=True)  # an earlier attempt's: onnx appends to the file it finds
             quantize_int8(optimized, final, keep_fp32, unsigned)
             save_with_weights_beside(final, final)
         figures, failures = build.verify(manifest, folder)
@@ -51,12 +54,62 @@ def build(build: Build, folder: Path) -> Manifest:
 
 
 def save_with_weights_beside(graph: Path, destination: Path) -> None:
-    """Write `graph` to `destination` with its weights in a file beside it (weights_file), which onnxruntime maps
-    instead of copying them into each session: a backend's sessions, and servers on one machine, share one copy."""
+    """Write `graph` to `destination` with its weights in one file beside it (weights_file), which onnxruntime maps
+    instead of copying them into each session: a backend's sessions, and servers on one machine, share one copy.
+
+    The weights are copied tensor by tensor, from the graph or the files beside it, never held all at once: a
+    2.3 GB model's graph loaded whole takes twice its size in protobuf's memory."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    model = onnx.load(str(graph), load_external_data=False)
+    weights = weights_file(destination)
+    staged = weights.with_name(weights.name + ".partial")  # `graph`'s own weights may be the file being replaced
+    with staged.open("wb") as out:
+        for tensor in _tensors(model.graph):
+            if uses_external_data(tensor):
+                info = ExternalDataInfo(tensor)
+                with (graph.parent / info.location).open("rb") as source:
+                    source.seek(info.offset or 0)
+                    data_at = out.tell()
+                    _copy(source, out, info.length)
+            elif tensor.HasField("raw_data") and len(tensor.raw_data) >= WEIGHTS_BESIDE_BYTES:
+                data_at = out.tell()
+                out.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            else:
+                continue
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", weights.name), ("offset", data_at), ("length", out.tell() - data_at)):
+                tensor.external_data.add(key=key, value=str(value))
+    staged.replace(weights)
+    onnx.save_model(model, str(destination))
+
+
+WEIGHTS_BESIDE_BYTES = 1024
+"""Smaller tensors (shapes, scalars) stay in the graph, as onnx's own conversion leaves them."""
+
+
+def _tensors(graph) -> Iterator:
+    """Every tensor a graph holds: its initializers and constants, and those of its subgraphs."""
     import onnx
 
-    model = onnx.load(str(graph))
-    weights = weights_file(destination)
-    weights.unlink(missing_ok=True)  # an earlier attempt's: onnx appends to the file it finds
-    onnx.save_model(model, str(destination), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=weights.name, size_threshold=1024)
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                yield attribute.t
+            for subgraph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs):
+                yield from _tensors(subgraph)
+
+
+def _copy(source: BinaryIO, out: BinaryIO, length: int | None, chunk: int = 64 << 20) -> None:
+    """`length` bytes (all that is left where None) from `source` to `out`, a chunk at a time."""
+    while length is None or length > 0:
+        data = source.read(chunk if length is None else min(chunk, length))
+        if not data:
+            break
+        out.write(data)
+        if length is not None:
+            length -= len(data)

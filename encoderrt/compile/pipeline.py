@@ -7,6 +7,7 @@ fastest eligible one. Nothing reaches the output folder until the chosen artifac
 
 from __future__ import annotations
 
+import errno
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -77,6 +78,29 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     builders = _builders()
 
     leftovers.remove_dead(Path(tempfile.gettempdir()))  # work folders of compiles that were killed
+    try:
+        return _compile(options, source, candidates, builders, reporter)
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        needed = _in_units(_work_bytes(source, len(candidates)))
+        raise CompileError(f"the disk filled up while compiling ({error}); nothing was written. Compiling needs "
+                           f"about {needed} free in the work folder ({tempfile.gettempdir()}; set TMPDIR to move it) "
+                           "and the model's size again where --output is") from None
+
+
+def _work_bytes(source: SourceModel, candidates: int) -> int:
+    """What a compile writes at most: the export, the optimised graph and each candidate, each the weights' size."""
+    return (2 + candidates) * sum(path.stat().st_size for path in source.folder.rglob("*")
+                   if path.suffix in (".safetensors", ".bin", ".pt") and path.is_file())
+
+
+def _in_units(size: int) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{max(size / 1e6, 1):.0f} MB"
+
+
+def _compile(options: CompileOptions, source: SourceModel, candidates: list[Candidate], builders: dict[str, Builder],
+             reporter: StepReporter) -> CompileResult:
     with tempfile.TemporaryDirectory(prefix=leftovers.work_prefix()) as work, ArtifactWriter(options.output_dir, options.force) as writer:
         assert writer.staging is not None
         build = Build(source, options, reporter, Path(work))

@@ -91,4 +91,5 @@ def quantize_int8(optimized: Path, quantized: Path, keep_fp32: Sequence[str] = (
             nodes_to_exclude=list(keep_fp32),
             # shape inference cannot type the outputs of com.microsoft fused ops
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            use_external_data_format=True,  # an int8 graph with fp32 embeddings can pass 2 GB too (Qwen3-4B)
         )

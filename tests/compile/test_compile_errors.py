@@ -131,6 +131,28 @@ def test_interrupted_compile_leaves_nothing(tiny_models, tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
+def test_a_full_disk_is_one_line_and_leaves_nothing(tiny_models, tmp_path, monkeypatch, capsys):
+    """A disk that fills up mid-compile (a 2.3 GB model writes ~7 GB) is named, with where space is needed."""
+    import errno
+    import tempfile
+
+    from encoderrt.compile import cpu
+
+    work = tmp_path / "tmp"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))
+
+    def disk_full(graph, destination):
+        destination.write_bytes(b"half a graph")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cpu, "save_with_weights_beside", disk_full)
+    code, err = _compile_cli(capsys, tiny_models["bert-classifier"], "--output", tmp_path / "out", "--target", "cpu")
+    assert code == 1 and "the disk filled up while compiling" in err and "No space left on device" in err
+    assert f"work folder ({work}; set TMPDIR to move it)" in err and "Traceback" not in err
+    assert _leftovers(tmp_path) == ["tmp"] and _leftovers(work) == []
+
+
 def test_unfused_layers_are_refused():
     fused = {"Attention": 6, "BiasGelu": 6, "LayerNormalization": 12}
     check_fusion(fused, num_layers=6)
