@@ -202,6 +202,7 @@ def _torch_outputs(source: SourceModel, texts: list[str]) -> dict[str, np.ndarra
     from encoderrt.compile.export import load_torch_model
 
     tokenizer = AutoTokenizer.from_pretrained(source.weights_folder, local_files_only=True)
+    tokenizer.padding_side = "right"  # as the graph's pooling reads rows (a decoder's tokenizer pads on the left)
     module = load_torch_model(source)
     collected: dict[str, list[np.ndarray]] = {}
     with warnings.catch_warnings(), torch.inference_mode():

@@ -97,6 +97,23 @@ def test_last_token_embeddings_match_sentence_transformers(family, side, target,
 
 
 @pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_a_bare_decoder_folder_with_last_token_pooling_asked_for(target, sources, compile_artifact, tmp_path):
+    """transformers' folder alone, `--pooling lasttoken`: compile checks it against transformers' own model, whose
+    tokenizer pads on the left (the reference once pooled a padding token there and refused the artifact)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    folder = tm.family_checkpoint(tmp_path / "qwen3-bare", "qwen3", None, seed=4)
+    result = compile_artifact(folder, tmp_path / "artifact", target=target, pooling="lasttoken")
+    assert result.manifest.pooling == "lasttoken" and result.manifest.parity["min_cosine"] >= 0.99999
+    transformer = models.Transformer(str(folder))
+    assert transformer.tokenizer.padding_side == "left"
+    pooling = models.Pooling(transformer.get_word_embedding_dimension(), "lasttoken")
+    reference = SentenceTransformer(modules=[transformer, pooling], device="cpu").encode(TEXTS)
+    with Engine.load(result.path) as engine:
+        assert cosine_rows(np.array(engine.embed(TEXTS)), reference).min() >= 0.99999
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
 def test_sequence_classification_reranker_matches_the_cross_encoder(target, sources, compile_artifact, tmp_path):
     """A decoder with a one-label head on its last token (Qwen3-Reranker converted to sequence classification), its
     heads wider than the hidden size; the bench's FLOPs per token count them (and grouped-query attention) as
