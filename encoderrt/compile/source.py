@@ -351,7 +351,9 @@ def inspect_source(options: CompileOptions) -> SourceModel:
                          "with --pooling and --no-normalize)")
         else:
             pooling = "mean"
-            notes.append("no pooling configuration in the folder: using mean pooling (override with --pooling)")
+            notes.append("no pooling configuration in the folder: using mean pooling, as sentence-transformers does "
+                         "(override with --pooling" + ("; a decoder's embedding models pool its last token: --pooling "
+                                                       "lasttoken)" if architecture.causal else ")"))
         normalize = modules.normalize if modules else normalize
         if options.normalize is not None:
             normalize = options.normalize

@@ -102,7 +102,12 @@ def test_a_bare_decoder_folder_with_last_token_pooling_asked_for(target, sources
     tokenizer pads on the left (the reference once pooled a padding token there and refused the artifact)."""
     from sentence_transformers import SentenceTransformer, models
 
+    from encoderrt.compile import CompileOptions
+    from encoderrt.compile.source import inspect_source
+
     folder = tm.family_checkpoint(tmp_path / "qwen3-bare", "qwen3", None, seed=4)
+    unasked = inspect_source(CompileOptions(model_dir=folder, output_dir=tmp_path / "unused"))
+    assert unasked.pooling == "mean" and any("--pooling lasttoken" in note for note in unasked.notes)
     result = compile_artifact(folder, tmp_path / "artifact", target=target, pooling="lasttoken")
     assert result.manifest.pooling == "lasttoken" and result.manifest.parity["min_cosine"] >= 0.99999
     transformer = models.Transformer(str(folder))
