@@ -91,8 +91,8 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
 
 def _work_bytes(source: SourceModel, candidates: int) -> int:
     """What a compile writes at most: the export, the optimised graph and each candidate, each the weights' size."""
-    return (2 + candidates) * sum(path.stat().st_size for path in source.folder.rglob("*")
-                   if path.suffix in (".safetensors", ".bin", ".pt") and path.is_file())
+    weights = (path for path in source.folder.rglob("*") if path.suffix in (".safetensors", ".bin", ".pt"))
+    return (2 + candidates) * sum(path.stat().st_size for path in weights if path.is_file())
 
 
 def _in_units(size: int) -> str:
