@@ -35,6 +35,9 @@ reported both as built and as they would be on the real base."""
 sys.path.insert(0, str(REPO / "tests"))
 from server_helpers import free_port  # noqa: E402 - tests/ holds the shared helpers
 
+TITLE_LABEL = "org.opencontainers.image.title=encoderrt"
+"""The Dockerfile's label on every stage: what this test prunes is encoderrt's alone."""
+
 
 def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
@@ -55,7 +58,7 @@ def images() -> dict[str, str]:
         _run([str(REPO / "docker" / "test-base.sh"), BASE], timeout=900)
     wheel = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))  # this machine's torch, as a local wheel
     extra = ["-v", "/opt/wheels:/wheels:ro", "--build-arg", f"TORCH=/wheels/{wheel[-1].name}"] if wheel else []
-    tags, base = {}, _size_mb(BASE)
+    tags, base, started = {}, _size_mb(BASE), int(time.time())
     for target in ("cpu-serve", "cpu", "ray"):
         tag = f"localhost/encoderrt:{target}-test"
         start = time.monotonic()
@@ -65,6 +68,11 @@ def images() -> dict[str, str]:
         print(f"\n{target}: built in {time.monotonic() - start:.0f} s; {size:.0f} MB on the stand-in base, "
               f"{size - base + DEBIAN_SLIM_MB:.0f} MB on debian:bookworm-slim")
         tags[target] = tag
+    # the images these tags held before, untagged now: each run left ~4 GB behind, until the disk was full
+    pruned = subprocess.run(["podman", "image", "prune", "--force", "--filter", f"until={started}", "--filter",
+                             f"label={TITLE_LABEL}"], capture_output=True, text=True)
+    print(f"\nearlier builds' untagged images removed: {len(pruned.stdout.split())}" if pruned.returncode == 0
+          else f"\nremoving earlier builds' untagged images failed: {pruned.stderr.strip()[-500:]}")
     return tags
 
 
