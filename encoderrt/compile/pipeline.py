@@ -78,15 +78,19 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
     builders = _builders()
 
     leftovers.remove_dead(Path(tempfile.gettempdir()))  # work folders of compiles that were killed
+    needed = _work_bytes(source, len(candidates))
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < needed:  # a note, not a refusal: the estimate is an upper bound
+        reporter.note(f"the work folder ({tempfile.gettempdir()}) has {_in_units(free)} free; this compile may write "
+                      f"up to {_in_units(needed)} (set TMPDIR to a larger disk)")
     try:
         return _compile(options, source, candidates, builders, reporter)
     except OSError as error:
         if error.errno != errno.ENOSPC:
             raise
-        needed = _in_units(_work_bytes(source, len(candidates)))
-        raise CompileError(f"the disk filled up while compiling ({error}); nothing was written. Compiling needs "
-                           f"about {needed} free in the work folder ({tempfile.gettempdir()}; set TMPDIR to move it) "
-                           "and the model's size again where --output is") from None
+        raise CompileError(f"the disk filled up while compiling ({error}); nothing was written. Compiling needs about "
+                           f"{_in_units(needed)} free in the work folder ({tempfile.gettempdir()}; set TMPDIR to move "
+                           "it) and the model's size again where --output is") from None
 
 
 def _work_bytes(source: SourceModel, candidates: int) -> int:

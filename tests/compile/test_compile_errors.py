@@ -152,6 +152,15 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tiny_models, tmp_path, monke
     assert f"work folder ({work}; set TMPDIR to move it)" in err and "Traceback" not in err
     assert _leftovers(tmp_path) == ["tmp"] and _leftovers(work) == []
 
+    # a disk with less free than a compile may write is said before the work starts
+    from encoderrt.compile import pipeline
+
+    monkeypatch.setattr(pipeline.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(100, 100, 0))
+    code = compile_model_main([str(tiny_models["bert-classifier"]), "--output", str(tmp_path / "out"),
+                               "--target", "cpu"])
+    printed = " ".join((capsys.readouterr().err).split())  # the terminal's line breaks undone
+    assert code == 1 and f"the work folder ({work}) has 1 MB free; this compile may write up to" in printed
+
 
 def test_unfused_layers_are_refused():
     fused = {"Attention": 6, "BiasGelu": 6, "LayerNormalization": 12}
