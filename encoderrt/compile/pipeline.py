@@ -94,8 +94,11 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
 
 
 def _work_bytes(source: SourceModel, candidates: int) -> int:
-    """What a compile writes at most: the export, the optimised graph and each candidate, each the weights' size."""
-    weights = (path for path in source.folder.rglob("*") if path.suffix in (".safetensors", ".bin", ".pt"))
+    """What a compile writes at most: the export, the optimised graph and each candidate, each the weights' size.
+    The transformer's own files (shards too), not a sentence-transformers folder's ONNX or OpenVINO exports beside
+    them."""
+    folder = source.weights_folder
+    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
     return (2 + candidates) * sum(path.stat().st_size for path in weights if path.is_file())
 
 
