@@ -24,9 +24,10 @@ from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manife
 log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
-ARTIFACT_LAYOUT = 2
+ARTIFACT_LAYOUT = 3
 """How compile lays an artifact out, in the key so that cached artifacts are rebuilt when it changes (2: onnxruntime
-graphs keep their weights in a file beside them, which the sessions share)."""
+graphs keep their weights in a file beside them, which the sessions share; 3: their projections skip the padding,
+compile/unpad.py, and the manifest counts the per-token weights)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from encoderrt.compile.errors import CompileError, FusionError
 from encoderrt.compile.source import SourceModel
+from encoderrt.compile.unpad import UNPADDED, applies, unpad_onnx
 
 ATTENTION_OPS = ("Attention", "MultiHeadAttention", "ScaledDotProductAttention")
 GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu")
@@ -32,7 +33,8 @@ MVN for LayerNorm, RMS for RMSNorm)."""
 
 
 def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]:
-    """Fuse attention, LayerNorm and GELU chains; returns the count of each fused op.
+    """Fuse attention, LayerNorm and GELU chains, and run the token-wise ops on the real tokens only
+    (compile/unpad.py); returns the count of each fused op, and of the MatMuls that skip padding (UNPADDED).
 
     The optimised graph keeps its weights beside it (optimized.onnx.data), as artifacts do: a graph past protobuf's
     2 GB (bge-m3, jina-embeddings-v3, Qwen3-Embedding-0.6B in fp32) cannot be written as one message."""
@@ -45,6 +47,11 @@ def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]
     else:
         counts = optimize(graph, optimized, *family)
     check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.num_layers))
+    if applies(source):
+        fused = onnx.load(str(optimized), load_external_data=False)  # the weights stay where they are, beside it
+        if unpadded := unpad_onnx(fused):
+            onnx.save_model(fused, str(optimized))
+            counts[UNPADDED] = unpadded
     return counts
 
 

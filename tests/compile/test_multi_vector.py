@@ -9,6 +9,7 @@ import pytest
 import tiny_models as tm
 from artifact_runner import cosine_rows
 from encoderrt import Engine
+from encoderrt.compile.unpad import UNPADDED
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import read_manifest
 
@@ -51,6 +52,9 @@ def test_token_vectors_match_multi_vector_encoder(target, colbert, compile_artif
     manifest = read_manifest(result.path)
     assert manifest.task == "multi_vector" and manifest.outputs == ("multi_vectors",)
     assert manifest.shape.output_dim == 24 and manifest.parity["min_cosine"] >= 0.99999
+    if target == "cpu":  # expansion tokens the encoder does not attend to are still scored: their rows stay
+        rules = manifest.multi_vector
+        assert (UNPADDED in manifest.fused_ops) == (not rules.expansion_length or rules.expansion_attend)
     with Engine.load(result.path) as engine:
         for side, texts in (("query", QUERIES), ("document", DOCUMENTS)):
             got, expected = engine.embed_multi_vector(texts, side=side), _vectors(reference, texts, side)

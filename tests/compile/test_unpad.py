@@ -1,0 +1,89 @@
+"""The onnxruntime graph runs its projections on the real tokens only (compile/unpad.py): onnxruntime's own profiler
+shows each MatMul's rows, and the per-token states match transformers' row by row, with padding left at zero."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from encoderrt.compile.unpad import UNPADDED
+from encoderrt.runtime.manifest import read_manifest
+from encoderrt.runtime.tokenizer import TextTokenizer
+
+TEXTS = ["a", "how do rivers form when it rains for a long time in the mountains", "bread", "the quick brown fox"]
+
+
+def _batch(artifact: Path):
+    manifest = read_manifest(artifact)
+    tokenizer = TextTokenizer.for_artifact(manifest, artifact)
+    rows = tokenizer.encode(TEXTS)
+    width = max(len(row.ids) for row in rows)
+    feeds = {name: np.zeros((len(rows), width), np.int64) for name in manifest.inputs}
+    for i, row in enumerate(rows):
+        feeds["input_ids"][i, :len(row.ids)] = row.ids
+        feeds["attention_mask"][i, :len(row.ids)] = 1
+    return manifest, feeds, sum(len(row.ids) for row in rows)
+
+
+def _matmul_rows(artifact: Path, feeds: dict, tmp_path: Path) -> list[int]:
+    """The rows of every MatMul-like kernel onnxruntime ran, from its profile."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    session = ort.InferenceSession(str(artifact / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    shapes = [event["args"]["input_type_shape"][0] for event in events
+              if event.get("cat") == "Node" and "MatMul" in event["args"].get("op_name", "")
+              and event["name"].endswith("_kernel_time")]
+    return [int(np.prod(next(iter(shape.values()))[:-1])) for shape in shapes]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_minilm_projections_run_on_the_real_tokens_only(precision, minilm_fp32, minilm_int8, tmp_path):
+    artifact = (minilm_fp32 if precision == "fp32" else minilm_int8).path
+    manifest, feeds, real = _batch(artifact)
+    padded = feeds["input_ids"].size
+    assert real < 0.5 * padded  # the batch is mostly padding
+    # by hand: per layer, the attention output projection and the feed-forward's two (q, k, v are inside Attention)
+    assert manifest.fused_ops[UNPADDED] == 3 * manifest.shape.num_layers
+    rows = _matmul_rows(artifact, feeds, tmp_path)
+    assert len(rows) >= 3 * manifest.shape.num_layers
+    assert set(rows) == {real}, f"MatMul rows {sorted(set(rows))}: {real} real tokens, {padded} padded"
+
+
+@pytest.fixture(scope="module")
+def minilm_openvino(minilm_dir, compile_artifact, tmp_path_factory):
+    return compile_artifact(minilm_dir, tmp_path_factory.mktemp("unpad") / "minilm-openvino", target="openvino")
+
+
+def _token_states(artifact: Path, feeds: dict) -> np.ndarray:
+    if (artifact / "model.onnx").exists():
+        session = ort.InferenceSession(str(artifact / "model.onnx"), providers=["CPUExecutionProvider"])
+        return session.run(["token_embeddings"], feeds)[0]
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(artifact / "model.xml"), "CPU")
+    return compiled({name: feeds[name] for name in (i.get_any_name() for i in compiled.inputs)})["token_embeddings"]
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_minilm_token_states_match_transformers_row_by_row(target, minilm_fp32, minilm_openvino, minilm_dir):
+    """Each row's states at its real tokens are transformers' for that text alone; the padded positions are zeros."""
+    import torch
+    from transformers import AutoModel
+
+    artifact = (minilm_fp32 if target == "cpu" else minilm_openvino).path
+    manifest, feeds, _ = _batch(artifact)
+    # by hand, per layer: the attention output and the FFN's two; q, k and v too on OpenVINO (onnxruntime fuses them)
+    assert manifest.fused_ops[UNPADDED] == (3 if target == "cpu" else 6) * manifest.shape.num_layers
+    states = _token_states(artifact, feeds)
+    model = AutoModel.from_pretrained(minilm_dir).eval()
+    for i, mask in enumerate(feeds["attention_mask"]):
+        n = int(mask.sum())
+        with torch.no_grad():
+            expected = model(input_ids=torch.tensor(feeds["input_ids"][i:i + 1, :n])).last_hidden_state[0].numpy()
+        np.testing.assert_allclose(states[i, :n], expected, atol=2e-5)
+        assert not states[i, n:].any()
