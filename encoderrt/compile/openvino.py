@@ -33,7 +33,7 @@ from encoderrt.compile.build import Build
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.optimize import check_fusion
 from encoderrt.compile.source import SourceModel
-from encoderrt.compile.unpad import UNPADDED, applies, unpad_openvino
+from encoderrt.compile.unpad import UNPADDED, scored_unattended, unpad_openvino
 from encoderrt.runtime import texts
 from encoderrt.runtime.backends.base import BackendUnavailable
 from encoderrt.runtime.backends.openvino import MODEL_FILE, import_openvino, native_bf16, without_usage_telemetry
@@ -98,7 +98,7 @@ def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
         runtime = ov.Core().compile_model(model, "CPU").get_runtime_model()
         counts["RMS"] = sum(op.get_rt_info()["layerType"].astype(str) == "RMS" for op in runtime.get_ops())
     check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.num_layers))
-    if applies(source) and (unpadded := unpad_openvino(model)):
+    if unpadded := unpad_openvino(model, scored_unattended(source)):
         counts[UNPADDED] = unpadded
     ov.save_model(model, str(path), compress_to_fp16=False)
     return counts

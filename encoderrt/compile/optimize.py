@@ -22,7 +22,7 @@ from typing import Any
 
 from encoderrt.compile.errors import CompileError, FusionError
 from encoderrt.compile.source import SourceModel
-from encoderrt.compile.unpad import UNPADDED, applies, unpad_onnx
+from encoderrt.compile.unpad import UNPADDED, scored_unattended, unpad_onnx
 
 ATTENTION_OPS = ("Attention", "MultiHeadAttention", "ScaledDotProductAttention")
 GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "GemmFastGelu")
@@ -47,11 +47,10 @@ def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]
     else:
         counts = optimize(graph, optimized, *family)
     check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.num_layers))
-    if applies(source):
-        fused = onnx.load(str(optimized), load_external_data=False)  # the weights stay where they are, beside it
-        if unpadded := unpad_onnx(fused):
-            onnx.save_model(fused, str(optimized))
-            counts[UNPADDED] = unpadded
+    fused = onnx.load(str(optimized), load_external_data=False)  # the weights stay where they are, beside it
+    if unpadded := unpad_onnx(fused, scored_unattended(source)):
+        onnx.save_model(fused, str(optimized))
+        counts[UNPADDED] = unpadded
     return counts
 
 

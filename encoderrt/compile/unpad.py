@@ -13,8 +13,8 @@ check see the same contract.
 Measured on all-MiniLM-L6-v2, onnxruntime fp32, one thread (2-core EPYC, AVX2): 16 queries of 4-16 tokens
 (64% real) 73 -> 52 ms (1.42x), 8 passages of 30-128 tokens (61% real) 1.48x, one unpadded row unchanged.
 
-The real tokens are where attention_mask is 1. A ColBERT query's expansion tokens are scored but not
-attended to (mask 0), so such a model keeps its padded graph (`applies`).
+The real tokens are where attention_mask is 1, and for a ColBERT model that scores its query expansion tokens
+without attending to them (mask 0), those tokens too (`scored_unattended`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from encoderrt.compile.source import SourceModel
 log = logging.getLogger("encoderrt.compile")
 
 MASK_INPUT = "attention_mask"
+IDS_INPUT = "input_ids"
 UNPADDED = "UnpaddedMatMul"
 """The manifest's fused_ops key: how many MatMuls run on the real tokens only."""
 PREFIX = "unpad/"
@@ -46,15 +47,18 @@ _TOKEN_WISE = {
 }
 
 
-def applies(source: SourceModel) -> bool:
-    """Whether every row the graph's outputs need is a row the mask attends to."""
+def scored_unattended(source: SourceModel) -> int | None:
+    """The token id of rows that are scored though the mask leaves them out (a ColBERT query's expansion tokens, where
+    the model does not attend to them): those rows count as real too. None: the mask says which rows are real."""
     rules = source.multi_vector
-    return not (rules is not None and rules.expansion_length and not rules.expansion_attend)
+    if rules is not None and rules.expansion_length and not rules.expansion_attend:
+        return rules.expansion_token_id
+    return None
 
 
-def unpad_onnx(model: Any) -> int:
+def unpad_onnx(model: Any, scored_id: int | None = None) -> int:
     """Rewrite `model` (an onnx ModelProto, its weights loaded or not) in place; returns how many MatMuls now run
-    on the real tokens only (0: the graph is left as it was)."""
+    on the real tokens only (0: the graph is left as it was). `scored_id`: scored_unattended's."""
     graph = model.graph
     if MASK_INPUT not in {i.name for i in graph.input}:
         return 0
@@ -68,7 +72,7 @@ def unpad_onnx(model: Any) -> int:
         _inputs(node)), _inputs, outputs, lambda node: node.op_type == "MatMul")
     if not region:
         return 0
-    _rewrite(graph, region, rows)
+    _rewrite(graph, region, rows, scored_id)
     return sum(node.op_type == "MatMul" for node in region)
 
 
@@ -187,7 +191,7 @@ def _region(nodes: list, token_wise: Callable[[Any], bool], inputs: Callable[[An
     return [node for i, node in enumerate(chosen) if find(i) in worth]
 
 
-def _rewrite(graph, region: list, rows: set[str]) -> None:
+def _rewrite(graph, region: list, rows: set[str], scored_id: int | None) -> None:
     """Gather the region's inputs into real-token rows, rename what it makes, scatter back what leaves it."""
     import onnx
     from onnx import helper
@@ -210,7 +214,13 @@ def _rewrite(graph, region: list, rows: set[str]) -> None:
         const("flat", [-1]), const("zero", [0]), const("one", [1]), const("width_at", [2]), const("end", [3]),
         const("pad_row", [0, 0, 1, 0]),
         helper.make_node("Reshape", [MASK_INPUT, i_ + "flat"], [i_ + "mask"]),
-        helper.make_node("Cast", [i_ + "mask"], [i_ + "attended"], to=onnx.TensorProto.BOOL),
+        helper.make_node("Cast", [i_ + "mask"], [i_ + "masked"], to=onnx.TensorProto.BOOL),
+        *([helper.make_node("Identity", [i_ + "masked"], [i_ + "attended"])] if scored_id is None else [
+            const("scored_id", [scored_id]),  # rows of this id count too
+            helper.make_node("Reshape", [IDS_INPUT, i_ + "flat"], [i_ + "ids"]),
+            helper.make_node("Equal", [i_ + "ids", i_ + "scored_id"], [i_ + "scored"]),
+            helper.make_node("Or", [i_ + "masked", i_ + "scored"], [i_ + "attended"]),
+        ]),
         helper.make_node("Cast", [i_ + "attended"], [i_ + "mask64"], to=onnx.TensorProto.INT64),
         helper.make_node("NonZero", [i_ + "mask64"], [i_ + "nonzero"]),
         helper.make_node("Squeeze", [i_ + "nonzero", i_ + "zero"], [i_ + "rows"]),  # [tokens]: where each real row is
@@ -274,7 +284,7 @@ _OV_LAST_AXIS = {"MVN", "ReduceMean", "ReduceSum"}
 """Ops over the axes their second input names: token-wise when that is the last axis alone (LayerNorm, RMSNorm)."""
 
 
-def unpad_openvino(model: Any) -> int:
+def unpad_openvino(model: Any, scored_id: int | None = None) -> int:
     """The same rewrite on an OpenVINO model (in place), whose token rows are found by OpenVINO's own shape
     inference: the [batch, sequence] inputs get a symbol per dimension and every tensor carrying both is a row
     tensor. Returns how many MatMuls now run on the real tokens only."""
@@ -306,7 +316,8 @@ def unpad_openvino(model: Any) -> int:
         region = _region(nodes, lambda node: _ov_token_wise(node, rows) and not masked.intersection(_ov_inputs(node)),
                          _ov_inputs, _ov_outputs, lambda node: node.get_type_name() == "MatMul")
         if region:
-            _ov_rewrite(region, rows, inputs[MASK_INPUT])
+            _ov_rewrite(region, rows, inputs[MASK_INPUT], inputs.get(IDS_INPUT) if scored_id is not None else None,
+                        scored_id)
     finally:
         for name, shape in shapes.items():  # the symbols were for finding the rows only
             inputs[name].set_partial_shape(shape)
@@ -359,7 +370,7 @@ def _ov_token_wise(node, rows: Callable[[Any], bool]) -> bool:
     return all(c is not None and _broadcasts_over_tokens(tuple(c.get_output_shape(0))) for c in constants)
 
 
-def _ov_rewrite(region: list, rows: Callable[[Any], bool], mask: Any) -> None:
+def _ov_rewrite(region: list, rows: Callable[[Any], bool], mask: Any, ids: Any, scored_id: int | None) -> None:
     import numpy as np
     import openvino.opset15 as ops
 
@@ -368,6 +379,9 @@ def _ov_rewrite(region: list, rows: Callable[[Any], bool], mask: Any) -> None:
 
     flat_mask = ops.reshape(mask, i64([-1]), special_zero=False)
     attended = ops.convert(flat_mask, "boolean")
+    if ids is not None:  # rows of scored_id count too
+        flat_ids = ops.reshape(ids, i64([-1]), special_zero=False)
+        attended = ops.logical_or(attended, ops.equal(flat_ids, ops.constant(np.array(scored_id, np.int64))))
     ones = ops.convert(attended, "i64")
     real_rows = ops.squeeze(ops.non_zero(ones, "i64"), i64([0]))  # [tokens]: where each real row is
     # [batch * sequence]: each position's real row, or for padding the zero row past the last

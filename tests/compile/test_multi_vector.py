@@ -52,9 +52,7 @@ def test_token_vectors_match_multi_vector_encoder(target, colbert, compile_artif
     manifest = read_manifest(result.path)
     assert manifest.task == "multi_vector" and manifest.outputs == ("multi_vectors",)
     assert manifest.shape.output_dim == 24 and manifest.parity["min_cosine"] >= 0.99999
-    if target == "cpu":  # expansion tokens the encoder does not attend to are still scored: their rows stay
-        rules = manifest.multi_vector
-        assert (UNPADDED in manifest.fused_ops) == (not rules.expansion_length or rules.expansion_attend)
+    assert manifest.fused_ops[UNPADDED]  # unattended expansion tokens are scored: their rows count as real too
     with Engine.load(result.path) as engine:
         for side, texts in (("query", QUERIES), ("document", DOCUMENTS)):
             got, expected = engine.embed_multi_vector(texts, side=side), _vectors(reference, texts, side)
