@@ -34,7 +34,8 @@ UNPADDED = "UnpaddedMatMul"
 PREFIX = "unpad/"
 """The real-token rows of a tensor are its name under this prefix."""
 INDEX = "unpad_index/"
-"""Where the real tokens are: tensors made once from the mask."""
+"""The rewrite's own tensors: where the real tokens are (made once from the mask), and each gather's and scatter's
+steps."""
 
 _TOKEN_WISE = {
     # elementwise: every non-constant input holds token rows, constants broadcast over the tokens
@@ -67,9 +68,9 @@ def unpad_onnx(model: Any, scored_id: int | None = None) -> int:
     all_rows = _token_rows(model)
     masked = _masked(nodes, MASK_INPUT, _inputs, outputs, lambda node: node.op_type, constants.__contains__,
                      all_rows.__contains__)
-    rows = all_rows - masked
-    region = _region(nodes, lambda node: _is_token_wise(node, rows, constants) and not masked.intersection(
-        _inputs(node)), _inputs, outputs, lambda node: node.op_type == "MatMul")
+    rows = all_rows - masked  # a token-wise op's every input is a row tensor or a constant: none past the mask
+    region = _region(nodes, lambda node: _is_token_wise(node, rows, constants), _inputs, outputs,
+                     lambda node: node.op_type == "MatMul")
     if not region:
         return 0
     _rewrite(graph, region, rows, scored_id)
@@ -123,9 +124,11 @@ def _token_rows(model) -> set[str]:
     shapes_only = onnx.ModelProto()
     shapes_only.CopyFrom(model)
     graph = shapes_only.graph
-    weights = [t for t in graph.initializer if uses_external_data(t) or len(t.raw_data) > _WEIGHT_BYTES]
-    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in weights)
-    kept = [t for t in graph.initializer if not (uses_external_data(t) or len(t.raw_data) > _WEIGHT_BYTES)]
+    tensors = list(graph.initializer)
+    weight = [uses_external_data(t) or len(t.raw_data) > _WEIGHT_BYTES for t in tensors]
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t, is_weight in zip(tensors, weight) if is_weight)
+    kept = [t for t, is_weight in zip(tensors, weight) if not is_weight]
     del graph.initializer[:]
     graph.initializer.extend(kept)
     try:
@@ -313,8 +316,8 @@ def unpad_openvino(model: Any, scored_id: int | None = None) -> int:
         return _ov_key(output) in row_tensors
 
     try:
-        region = _region(nodes, lambda node: _ov_token_wise(node, rows) and not masked.intersection(_ov_inputs(node)),
-                         _ov_inputs, _ov_outputs, lambda node: node.get_type_name() == "MatMul")
+        region = _region(nodes, lambda node: _ov_token_wise(node, rows), _ov_inputs, _ov_outputs,
+                         lambda node: node.get_type_name() == "MatMul")
         if region:
             _ov_rewrite(region, rows, inputs[MASK_INPUT], inputs.get(IDS_INPUT) if scored_id is not None else None,
                         scored_id)
