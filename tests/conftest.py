@@ -38,7 +38,7 @@ def pytest_configure(config):
     if worker is None or count < 2:
         return
     config.stash[ALL_CORES] = set(cores)
-    index = int(worker.removeprefix("gw"))
+    index = int(worker.removeprefix("gw")) % count  # a crashed worker's replacement is named gw{count} and up
     os.sched_setaffinity(0, cores[index::count] if count <= len(cores) else [cores[index % len(cores)]])
     if "torch" in sys.modules:  # sized its pool when imported; later imports size theirs by the new affinity
         sys.modules["torch"].set_num_threads(len(os.sched_getaffinity(0)))

@@ -36,7 +36,13 @@ from encoderrt.compile.source import SourceModel
 from encoderrt.compile.unpad import UNPADDED, scored_unattended, unpad_openvino
 from encoderrt.runtime import texts
 from encoderrt.runtime.backends.base import BackendUnavailable
-from encoderrt.runtime.backends.openvino import MODEL_FILE, import_openvino, native_bf16, without_usage_telemetry
+from encoderrt.runtime.backends.openvino import (
+    MODEL_FILE,
+    import_openvino,
+    keep_gated_ffns_unfused,
+    native_bf16,
+    without_usage_telemetry,
+)
 from encoderrt.runtime.cpu import int8_dot_products
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tokenizer import ADAPTER, TextTokenizer
@@ -93,6 +99,7 @@ def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
         port.get_tensor().set_names({name})
     for port, name in zip(model.outputs, source.graph_outputs):
         port.get_tensor().set_names({name})
+    keep_gated_ffns_unfused(model)
     counts = op_counts(model)
     if source.architecture.rms_norm:  # the CPU plugin fuses RMSNorm as it compiles; the IR holds its pieces
         runtime = ov.Core().compile_model(model, "CPU").get_runtime_model()

@@ -1,5 +1,6 @@
 """The OpenVINO backend served cold: the first batches of a fresh server start on all streams at once."""
 
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -92,3 +93,71 @@ def test_importing_openvino_sends_no_usage_event(importer, tmp_path):
         assert seen["events"] == 1 and seen["client_id_written"]
     else:
         assert seen == {"events": 0, "client_id_written": False, "telemetry_importable": True}
+
+
+@pytest.mark.parametrize("family", ["eurobert", "gemma3"])  # SwiGLU (Swish gate), GeGLU (GELU gate)
+def test_gated_ffns_run_in_bf16_on_single_thread_streams(family, tiny_dir, compile_artifact, tmp_path):
+    """On AMX in bf16, OpenVINO's CPU plugin fused a gated FFN into an `LLMMLP` node that divides its work by half a
+    stream's threads: a stream of one thread (two streams on two cores, or one core) killed the process with SIGFPE as
+    the model compiled. The backend keeps the FFNs unfused, for an IR as compile writes it and for one written
+    before compile did it (its down projections with transpose_b, as exported), on one thread and on two streams,
+    and gives what fp32 gives. In a fresh process, so that OpenVINO sees every core and a crash is a failure here.
+    On a CPU without AMX the plugin never fuses, and this checks the values only."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    import tiny_models as tm
+
+    source = tm.sentence_transformers_folder(tiny_dir / f"gated-{family}", pooling="mean", family=family)
+    artifact = compile_artifact(source, tmp_path / "ov", target="openvino", precision="fp32").path
+    exported = tmp_path / "as-exported"
+    shutil.copytree(artifact, exported)
+    assert _restore_transposed_down_projections(exported / "model.xml") > 0
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as process:
+        for folder in (artifact, exported):
+            process.submit(_bf16_matches_fp32_on_single_thread_streams, folder).result(timeout=300)
+
+
+def _restore_transposed_down_projections(path) -> int:
+    """The IR at `path` as export wrote it before the backend's rewrite: each gated FFN's down projection with its
+    weight stored as the PyTorch Linear's ([out, in], transpose_b)."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    model = ov.Core().read_model(str(path))
+    restored = 0
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "MatMul" or node.get_attributes()["transpose_b"]:
+            continue
+        product, weight = node.input_value(0).get_node(), node.input_value(1).get_node()
+        gated = product.get_type_name() == "Multiply" and any(
+            product.input_value(i).get_node().get_type_name() in ("Swish", "Gelu") for i in range(2))
+        if gated and weight.get_type_name() == "Constant":
+            down = ops.matmul(node.input_value(0), ops.constant(np.ascontiguousarray(weight.get_data().T)), False, True)
+            node.output(0).replace(down.output(0))
+            restored += 1
+    ov.save_model(model, str(path.with_name("restored.xml")), compress_to_fp16=False)
+    for suffix in (".xml", ".bin"):
+        path.with_name("restored" + suffix).replace(path.with_suffix(suffix))
+    return restored
+
+
+def _bf16_matches_fp32_on_single_thread_streams(artifact):
+    import dataclasses
+
+    import numpy as np
+
+    from encoderrt.runtime.backends import BackendOptions, Batch, first_output, load_backend
+    from encoderrt.runtime.manifest import read_manifest
+    from encoderrt.runtime.tokenizer import TOKENIZER_FILE, TextTokenizer
+
+    manifest = read_manifest(artifact, verify_files=False)  # the restored IR is not the one its manifest hashed
+    tokenizer = TextTokenizer(artifact / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs)
+    batch = Batch(tokenizer.encode(workloads.passages(6, seed=4)), tokenizer.pad)
+    expected = first_output(load_backend(manifest, artifact, BackendOptions(1)), batch)
+    bf16 = dataclasses.replace(manifest, precision="bf16")
+    for threads in (1, 2):  # one stream of one thread; two streams of one thread each on two cores
+        got = first_output(load_backend(bf16, artifact, BackendOptions(threads)), batch)
+        cosine = (got * expected).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(expected, axis=-1)
+        assert cosine.min() > 0.99, (threads, cosine)
