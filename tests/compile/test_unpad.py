@@ -65,7 +65,8 @@ def _token_states(artifact: Path, feeds: dict) -> np.ndarray:
         return session.run(["token_embeddings"], feeds)[0]
     import openvino as ov
 
-    compiled = ov.Core().compile_model(str(artifact / "model.xml"), "CPU")
+    # the fp32 artifact in f32, as its backend runs it: on AMX OpenVINO's default would be bf16
+    compiled = ov.Core().compile_model(str(artifact / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     return compiled({name: feeds[name] for name in (i.get_any_name() for i in compiled.inputs)})["token_embeddings"]
 
 
