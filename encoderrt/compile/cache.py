@@ -24,10 +24,11 @@ from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manife
 log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
-ARTIFACT_LAYOUT = 3
+ARTIFACT_LAYOUT = 4
 """How compile lays an artifact out, in the key so that cached artifacts are rebuilt when it changes (2: onnxruntime
 graphs keep their weights in a file beside them, which the sessions share; 3: their projections skip the padding,
-compile/unpad.py, and the manifest counts the per-token weights)."""
+compile/unpad.py, and the manifest counts the per-token weights; 4: OpenVINO's real-token rows come in multiples
+of 16, its gated FFNs stay unfused and its int8 graphs keep the padding)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 
 

@@ -88,3 +88,21 @@ def test_minilm_token_states_match_transformers_row_by_row(target, minilm_fp32, 
             expected = model(input_ids=torch.tensor(feeds["input_ids"][i:i + 1, :n])).last_hidden_state[0].numpy()
         np.testing.assert_allclose(states[i, :n], expected, atol=2e-5)
         assert not states[i, n:].any()
+
+
+def test_openvino_projections_run_on_the_real_tokens_in_sixteens(minilm_openvino):
+    """OpenVINO's graph runs each projection on the real tokens' rows, their count rounded up to a multiple of 16 (the
+    first row repeated): batches of nearby sizes then share every internal shape (unpad.OV_ROW_BUCKET)."""
+    import openvino as ov
+
+    artifact = minilm_openvino.path
+    manifest, feeds, real = _batch(artifact)
+    model = ov.Core().read_model(str(artifact / "model.xml"))
+    projections = [op for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"
+                   and op.get_input_partial_shape(0).rank.get_length() == 3 and op.get_input_partial_shape(0)[0] == 1]
+    assert len(projections) == manifest.fused_ops[UNPADDED] == 6 * manifest.shape.num_layers
+    model.add_outputs([op.output(0) for op in projections])
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = compiled({name: feeds[name] for name in (i.get_any_name() for i in compiled.inputs)})
+    rows = {results[output].shape[1] for output in compiled.outputs[-len(projections):]}
+    assert real % 16 and rows == {-(-real // 16) * 16}, (real, rows)

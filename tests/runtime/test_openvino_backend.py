@@ -4,6 +4,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
 
 from encoderrt.bench import workloads
@@ -161,3 +162,34 @@ def _bf16_matches_fp32_on_single_thread_streams(artifact):
         got = first_output(load_backend(bf16, artifact, BackendOptions(threads)), batch)
         cosine = (got * expected).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(expected, axis=-1)
         assert cosine.min() > 0.99, (threads, cosine)
+
+
+def test_feeds_are_padded_to_a_multiple_of_16_tokens_and_answer_as_sentence_transformers(tiny_models, compile_artifact,
+                                                                                        tmp_path):
+    """OpenVINO prepares its nodes again for every input shape it has not just run; the backend pads a batch's feeds
+    to a multiple of 16 tokens (WIDTH_BUCKET) with the padding's own ids and mask, so nearby lengths share a shape
+    and the answers are those of the batch."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt.runtime.backends import BackendOptions, Batch, first_output, load_backend
+    from encoderrt.runtime.manifest import read_manifest
+    from encoderrt.runtime.tokenizer import TextTokenizer
+
+    artifact = compile_artifact(tiny_models["st-cls"], tmp_path / "ov", target="openvino", precision="fp32").path
+    manifest = read_manifest(artifact)
+    tokenizer = TextTokenizer.for_artifact(manifest, artifact)
+    texts = ["a short one", "rivers form when it rains", "x"]
+    rows = tokenizer.encode(texts)
+    width = max(len(row.ids) for row in rows)
+    assert width % 16
+    backend = load_backend(manifest, artifact, BackendOptions(1))
+    fed = []
+    infer = backend._infer
+    backend._infer = lambda feeds, outputs, requests: fed.append(feeds) or infer(feeds, outputs, requests)
+    vectors = first_output(backend, Batch(rows, tokenizer.pad))
+    ids, mask = fed[0]["input_ids"], fed[0]["attention_mask"]
+    assert ids.shape == mask.shape == (3, -(-width // 16) * 16)
+    assert (ids[:, width:] == manifest.pad_token_id).all() and not mask[:, width:].any()
+    reference = SentenceTransformer(str(tiny_models["st-cls"]), device="cpu").encode(texts)
+    cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.99999
