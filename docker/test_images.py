@@ -176,9 +176,11 @@ def test_cpu_serve_answers_with_no_argument_as_sentence_transformers_as_non_root
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     start = time.monotonic()
-    # the image's CMD: `serve`, no model named. The drain below queues 4 x 150 passages, ~10 s of work on a 2-core
-    # AVX2 EPYC in fp32 (2 s in bf16 on AMX): past the default 5 s queue limit they would be 429s, which
-    # tests/server/test_overload.py covers; here every request must be served through the drain
+    # the image's CMD: `serve`, no model named. The drain below queues 4 x 150 passages, each request its own (the
+    # engine computes a row once however many requests hold it: four copies of one list ended within the 0.5 s on
+    # AMX), ~10 s of work on a 2-core AVX2 EPYC in fp32 (1.5-2 s in bf16 on AMX): past the default 5 s queue limit
+    # they would be 429s, which tests/server/test_overload.py covers; here every request must be served through the
+    # drain
     process = image.start(env={"ENCODERRT_PORT": str(port), "ENCODERRT_MAX_QUEUE_SECONDS": "120"})
     try:
         texts = workloads.passages(40, seed=3) + workloads.queries(10, seed=4)
@@ -201,9 +203,8 @@ def test_cpu_serve_answers_with_no_argument_as_sentence_transformers_as_non_root
         assert health.returncode == 0, health.stderr  # the image's HEALTHCHECK command, against the live server
 
         with ThreadPoolExecutor(4) as pool:  # a SIGTERM while requests run: each is answered, then exit 0
-            long = workloads.passages(150, seed=5)
-            inflight = [pool.submit(httpx.post, f"{url}/v1/embeddings", json={"input": long}, timeout=120)
-                        for _ in range(4)]
+            bodies = [{"input": workloads.passages(150, seed=5 + i)} for i in range(4)]
+            inflight = [pool.submit(httpx.post, f"{url}/v1/embeddings", json=body, timeout=120) for body in bodies]
             time.sleep(0.5)
             assert not all(f.done() for f in inflight), "the requests ended before the SIGTERM; send more"
             code = _stop(process)
