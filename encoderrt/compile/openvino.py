@@ -38,6 +38,7 @@ from encoderrt.runtime import texts
 from encoderrt.runtime.backends.base import BackendUnavailable
 from encoderrt.runtime.backends.openvino import (
     MODEL_FILE,
+    gated_product,
     import_openvino,
     keep_gated_ffns_unfused,
     native_bf16,
@@ -125,9 +126,6 @@ def op_counts(model) -> dict[str, int]:
     return {op: counted[op] for op in _COUNTED_OPS if counted[op]}
 
 
-_FFN_ACTIVATIONS = ("Gelu", "Swish")
-
-
 def ffn_down_projections(path: Path) -> list[str]:
     """Names of each layer's FFN down projection in the IR at `path`: the MatMuls fed by a GELU, or by a gated
     FFN's product (SwiGLU, GeGLU: Multiply with a Swish or a GELU beside the up projection)."""
@@ -135,9 +133,7 @@ def ffn_down_projections(path: Path) -> list[str]:
 
     def after_activation(op) -> bool:
         source = op.input_value(0).get_node()
-        if source.get_type_name() == "Multiply":
-            return any(source.input_value(i).get_node().get_type_name() in _FFN_ACTIVATIONS for i in range(2))
-        return source.get_type_name() == "Gelu"
+        return gated_product(source) or source.get_type_name() == "Gelu"
 
     return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul" and after_activation(op)]
 

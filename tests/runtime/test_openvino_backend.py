@@ -126,15 +126,15 @@ def _restore_transposed_down_projections(path) -> int:
     import openvino as ov
     import openvino.opset13 as ops
 
+    from encoderrt.runtime.backends.openvino import gated_product
+
     model = ov.Core().read_model(str(path))
     restored = 0
     for node in model.get_ordered_ops():
         if node.get_type_name() != "MatMul" or node.get_attributes()["transpose_b"]:
             continue
-        product, weight = node.input_value(0).get_node(), node.input_value(1).get_node()
-        gated = product.get_type_name() == "Multiply" and any(
-            product.input_value(i).get_node().get_type_name() in ("Swish", "Gelu") for i in range(2))
-        if gated and weight.get_type_name() == "Constant":
+        weight = node.input_value(1).get_node()
+        if gated_product(node.input_value(0).get_node()) and weight.get_type_name() == "Constant":
             down = ops.matmul(node.input_value(0), ops.constant(np.ascontiguousarray(weight.get_data().T)), False, True)
             node.output(0).replace(down.output(0))
             restored += 1

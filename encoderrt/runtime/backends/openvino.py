@@ -107,6 +107,13 @@ def execution_precision(precision: str, bf16: bool) -> str:
 _GATE_ACTIVATIONS = ("Swish", "Gelu")
 
 
+def gated_product(node: Any) -> bool:
+    """Whether `node` is a gated FFN's product (SwiGLU, GeGLU): a Multiply with a Swish or a GELU beside the up
+    projection, which feeds the down projection."""
+    return node.get_type_name() == "Multiply" and any(
+        node.input_value(i).get_node().get_type_name() in _GATE_ACTIVATIONS for i in range(2))
+
+
 def keep_gated_ffns_unfused(model: Any) -> int:
     """Store every gated feed-forward's down projection weight transposed (its MatMul without transpose_b), in
     place, so that OpenVINO's CPU plugin keeps the FFN as oneDNN GEMMs; returns how many it rewrote.
@@ -125,9 +132,8 @@ def keep_gated_ffns_unfused(model: Any) -> int:
     for node in model.get_ordered_ops():
         if node.get_type_name() != "MatMul" or not node.get_attributes()["transpose_b"]:
             continue
-        product, weight = node.input_value(0).get_node(), node.input_value(1).get_node()
-        if (product.get_type_name() != "Multiply" or weight.get_type_name() != "Constant"
-                or not any(product.input_value(i).get_node().get_type_name() in _GATE_ACTIVATIONS for i in range(2))):
+        weight = node.input_value(1).get_node()
+        if not gated_product(node.input_value(0).get_node()) or weight.get_type_name() != "Constant":
             continue
         transposed = ops.constant(np.ascontiguousarray(weight.get_data().T), shared_memory=False)
         down = ops.matmul(node.input_value(0), transposed, node.get_attributes()["transpose_a"], False)
@@ -147,8 +153,7 @@ unpadded graph (compile/unpad.py) spends no GEMM work on it, and groups its real
 
 
 def _bucketed(feeds: dict[str, np.ndarray], pad_token_id: int) -> dict[str, np.ndarray]:
-    width = next(iter(feeds.values())).shape[1] if feeds else 0
-    extra = -width % WIDTH_BUCKET
+    extra = -feeds[IDS_INPUT].shape[1] % WIDTH_BUCKET
     if not extra:
         return feeds
     return {name: np.pad(value, ((0, 0), (0, extra)), constant_values=pad_token_id if name == IDS_INPUT else 0)
