@@ -153,7 +153,7 @@ unpadded graph (compile/unpad.py) spends no GEMM work on it, and groups its real
 
 
 def _bucketed(feeds: dict[str, np.ndarray], pad_token_id: int) -> dict[str, np.ndarray]:
-    extra = -feeds[IDS_INPUT].shape[1] % WIDTH_BUCKET
+    extra = -feeds[IDS_INPUT].shape[1] % WIDTH_BUCKET if IDS_INPUT in feeds else 0  # a token graph's feeds only
     if not extra:
         return feeds
     return {name: np.pad(value, ((0, 0), (0, extra)), constant_values=pad_token_id if name == IDS_INPUT else 0)
