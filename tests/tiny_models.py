@@ -357,21 +357,23 @@ prompt) is the instruction, else the model card's default one."""
 
 
 def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320, saved_by_sentence_transformers: bool = True,
-                           chat_template: str | None = QWEN3_RERANKER_TEMPLATE, answers: bool = True) -> Path:
+                           chat_template: str | None = QWEN3_RERANKER_TEMPLATE, answers: bool = True, **sizes) -> Path:
     """A Qwen3-Reranker-shaped folder: Qwen3ForCausalLM with tied embeddings and the chat template above, saved by
     sentence-transformers' CrossEncoder (Transformer -> LogitScore on "yes" and "no"), or left bare. Its template
-    alone takes about 200 of the tiny tokenizer's tokens, hence the longer limit."""
+    alone takes about 200 of the tiny tokenizer's tokens, hence the longer limit. `sizes` override _small's (the
+    0.6B shape for benchmarks; `head_dim` among them)."""
     import torch
     import transformers
 
     torch.manual_seed(seed)
     tokenizer = _decoder_tokenizer(max_positions, append_eos=False, answers=answers)
     tokenizer.chat_template = chat_template
-    small = _small()
+    small = _small(**sizes)
+    head_dim = small.pop("head_dim", small["hidden_size"] // small["num_attention_heads"])
     config = transformers.Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=max_positions,
                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                       bos_token_id=None, num_key_value_heads=small["num_attention_heads"] // 2,
-                                      head_dim=small["hidden_size"] // small["num_attention_heads"],
+                                      head_dim=head_dim,
                                       tie_word_embeddings=True, **small)
     bare = folder.with_name(folder.name + "-bare") if saved_by_sentence_transformers else folder
     transformers.Qwen3ForCausalLM(config).save_pretrained(bare)
