@@ -31,6 +31,8 @@ BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, inter
 QWEN3_06B = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, head_dim=128, intermediate_size=3072,
                  initializer_range=0.02, max_positions=1024)
 """Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's configuration (8 KV heads: the builders take half)."""
+CLI = (sys.executable, "-m", "encoderrt.cli")
+"""`encoderrt`, as this interpreter has it (not whichever the PATH finds first)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,8 @@ def measure(name: str, family: Family, work: Path, args: argparse.Namespace) -> 
     if not (artifact / "manifest.json").exists():
         choice = [f"--{flag}={value}" for flag, value in (("target", args.target), ("precision", args.precision))
                   if value]
-        subprocess.run(["encoderrt", "compile", str(source), "-o", str(artifact), "--quiet", *choice], check=True)
-    subprocess.run(["encoderrt", "bench", str(artifact), "--workload", family.workload, "--concurrency",
+        subprocess.run([*CLI, "compile", str(source), "-o", str(artifact), "--quiet", *choice], check=True)
+    subprocess.run([*CLI, "bench", str(artifact), "--workload", family.workload, "--concurrency",
                     str(family.concurrency), "--repeat", str(args.repeat), "--scale", str(args.scale or family.scale),
                     "--reference", "--out", str(report)], check=True, stdout=subprocess.DEVNULL)
     result = json.loads((report / "report.json").read_text())

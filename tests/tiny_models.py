@@ -177,6 +177,21 @@ def roberta_checkpoint(folder: Path, num_labels: int | None, max_positions: int 
     return folder
 
 
+_DECODER_CONFIGS = {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig", "llama": "LlamaConfig"}
+
+
+def _decoder_config(family: str, tokenizer, small: dict, **extra):
+    """A decoder's config from _small's sizes (`head_dim` among them, else hidden / heads), half as many KV heads as
+    query heads, and the tokenizer's padding and end ids."""
+    import transformers
+
+    sizes = dict(small)
+    head_dim = sizes.pop("head_dim", sizes["hidden_size"] // sizes["num_attention_heads"])
+    return getattr(transformers, _DECODER_CONFIGS[family])(
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        num_key_value_heads=sizes["num_attention_heads"] // 2, head_dim=head_dim, **extra, **sizes)
+
+
 def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: int = 0, max_positions: int = 64,
                       initializer_range: float = 0.3, decoder_tokenizer: dict | None = None, **sizes) -> Path:
     """An encoder or sequence classifier of a family beyond BERT/RoBERTa, each with its own kind of tokenizer;
@@ -242,14 +257,10 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
                                                * (small["num_hidden_layers"] // 2),
                                                num_key_value_heads=small["num_attention_heads"] // 2,
                                                query_pre_attn_scalar=head_dim, **small)
-    elif family in ("qwen3", "qwen2", "mistral", "llama"):  # decoders: RMSNorm, rotary, SwiGLU, grouped-query attention
+    elif family in _DECODER_CONFIGS:  # decoders: RMSNorm, rotary, SwiGLU, grouped-query attention
         tokenizer = _decoder_tokenizer(max_positions, **(decoder_tokenizer or {}))
-        config = getattr(transformers, {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig",
-                                         "llama": "LlamaConfig"}[family])(
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-            num_key_value_heads=small["num_attention_heads"] // 2,
-            head_dim=small.pop("head_dim", small["hidden_size"] // small["num_attention_heads"]),
-            **({"sliding_window": 16} if family == "mistral" else {}), **small)  # Mistral's window binds past 16 tokens
+        # Mistral's window binds past 16 tokens
+        config = _decoder_config(family, tokenizer, small, **({"sliding_window": 16} if family == "mistral" else {}))
     else:
         raise ValueError(f"no tiny checkpoint for {family}")
     config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions
@@ -368,13 +379,8 @@ def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320
     torch.manual_seed(seed)
     tokenizer = _decoder_tokenizer(max_positions, append_eos=False, answers=answers)
     tokenizer.chat_template = chat_template
-    small = _small(**sizes)
-    head_dim = small.pop("head_dim", small["hidden_size"] // small["num_attention_heads"])
-    config = transformers.Qwen3Config(vocab_size=len(tokenizer), max_position_embeddings=max_positions,
-                                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                      bos_token_id=None, num_key_value_heads=small["num_attention_heads"] // 2,
-                                      head_dim=head_dim,
-                                      tie_word_embeddings=True, **small)
+    config = _decoder_config("qwen3", tokenizer, _small(**sizes), vocab_size=len(tokenizer),
+                             max_position_embeddings=max_positions, tie_word_embeddings=True)
     bare = folder.with_name(folder.name + "-bare") if saved_by_sentence_transformers else folder
     transformers.Qwen3ForCausalLM(config).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
