@@ -17,7 +17,6 @@ runtime/admission.py's call (items waiting, and seconds of work at the measured 
 from __future__ import annotations
 
 import atexit
-import itertools
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidReque
 from encoderrt.runtime.manifest import PER_TOKEN_OUTPUTS
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
+from encoderrt.runtime.waiting import WaitingRow, WaitingRows
 
 log = logging.getLogger("encoderrt.runtime")
 
@@ -96,25 +96,7 @@ def _settle(future: Future, result: Completed | None = None, error: BaseExceptio
         pass
 
 
-class _Row:
-    """A distinct token sequence waiting to run, and every (ticket, index) that wants its output."""
-
-    __slots__ = ("tokens", "consumers", "seq", "enqueued")
-
-    def __init__(self, tokens: Tokens, seq: int):
-        self.tokens = tokens
-        self.consumers: list[tuple[_Ticket, int]] = []
-        self.seq = seq
-        self.enqueued = time.perf_counter()
-
-    def prune(self) -> int:
-        """Forget callers that went away; returns how many."""
-        before = len(self.consumers)
-        self.consumers = [(t, i) for t, i in self.consumers if not t.future.done()]
-        return before - len(self.consumers)
-
-
-def _named_outputs(rows: Sequence[_Row]) -> set[str]:
+def _named_outputs(rows: Sequence[WaitingRow]) -> set[str]:
     """The outputs the rows' callers name (a batch that returns any runs on a stream, never alone)."""
     return {name for row in rows for ticket, _ in row.consumers for name in ticket.named}
 
@@ -140,10 +122,9 @@ class Scheduler:
         self._max_wait = max_wait_ms / 1000
         self.admission = admission
         self._stats = stats
-        self._rows: dict[tuple[tuple[int, ...], tuple[int, ...], int], _Row] = {}  # arrival order
+        self._rows = WaitingRows()
         self._pending_items = 0
         self._pending_tokens = 0
-        self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
         self._in_flight = 0
@@ -192,7 +173,7 @@ class Scheduler:
                 key = (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
                 row = self._rows.get(key)
                 if row is None:
-                    row = self._rows[key] = _Row(tokens, next(self._seq))
+                    row = self._rows.add(tokens, key)
                     self._pending_tokens += len(tokens.ids)
                 else:
                     duplicates += 1
@@ -207,8 +188,7 @@ class Scheduler:
         atexit.unregister(self.close)
         with self._cond:
             self._closed = True
-            waiting = list(self._rows.values())
-            self._rows.clear()
+            waiting = self._rows.clear()
             self._cond.notify_all()
         for row in waiting:
             for ticket, _ in row.consumers:
@@ -232,7 +212,7 @@ class Scheduler:
                         self._alone = False
                         self._cond.notify_all()
 
-    def _next_batch(self, can_run_alone: bool) -> tuple[list[_Row], bool, int | None] | None:
+    def _next_batch(self, can_run_alone: bool) -> tuple[list[WaitingRow], bool, int | None] | None:
         """The next batch; whether it runs alone; and, for a batch that starts with the engine idle, the
         submissions so far (None otherwise)."""
         with self._cond:
@@ -240,7 +220,7 @@ class Scheduler:
                 if not self._rows or self._alone:
                     self._cond.wait()
                     continue
-                waited = time.perf_counter() - next(iter(self._rows.values())).enqueued
+                waited = time.perf_counter() - self._rows.oldest().enqueued
                 company_expected = self._arrival_gap < self._max_wait
                 if company_expected and self._pending_tokens < self.max_batch_tokens and waited < self._max_wait:
                     self._cond.wait(self._max_wait - waited)
@@ -258,42 +238,21 @@ class Scheduler:
                     return batch, alone, self._submissions if idle else None
             return None
 
-    def _take_batch(self) -> list[_Row]:
-        """Cut the length-sorted waiting rows into runs under the budget; take the run holding the oldest row."""
-        dropped_items = 0
-        for key in list(self._rows):
-            row = self._rows[key]
-            dropped_items += row.prune()
-            if not row.consumers:
-                self._forget(key)
-        if dropped_items:
-            self._pending_items -= dropped_items
-            self._stats.add(cancelled_items=dropped_items, queue_depth=-dropped_items)
-        if not self._rows:
-            return []
-        oldest = next(iter(self._rows.values()))
-        ordered = sorted(self._rows.items(), key=lambda item: len(item[1].tokens.ids))
-        start = 0
-        for end, (_, row) in enumerate(ordered):
-            if end > start and (end - start + 1) * len(row.tokens.ids) > self.max_batch_tokens:
-                if any(r is oldest for _, r in ordered[start:end]):
-                    break
-                start = end
-        else:
-            end = len(ordered)
-        chosen = ordered[start:end]
-        for key, _ in chosen:
-            self._forget(key)
-        items = sum(len(row.consumers) for _, row in chosen)
-        self._pending_items -= items
-        self._stats.add(queue_depth=-items)
-        return [row for _, row in chosen]
+    def _take_batch(self) -> list[WaitingRow]:
+        """The length-sorted waiting rows cut into runs under the budget: the run holding the oldest row (waiting.py),
+        less the rows whose every caller has gone, which are dropped here, before they run."""
+        while self._rows:
+            rows = self._rows.take(self.max_batch_tokens)
+            dropped = sum(row.prune() for row in rows)
+            items = sum(len(row.consumers) for row in rows)
+            self._pending_tokens -= sum(len(row.tokens.ids) for row in rows)
+            self._pending_items -= items + dropped
+            self._stats.add(queue_depth=-(items + dropped), cancelled_items=dropped)
+            if live := [row for row in rows if row.consumers]:
+                return live
+        return []
 
-    def _forget(self, key: tuple[tuple[int, ...], tuple[int, ...], int]) -> None:
-        row = self._rows.pop(key)
-        self._pending_tokens -= len(row.tokens.ids)
-
-    def _run(self, backend: Backend, rows: list[_Row], alone: bool) -> int:
+    def _run(self, backend: Backend, rows: list[WaitingRow], alone: bool) -> int:
         """Run and deliver a batch; returns the submissions counted when it ended, before its callers heard (their
         next requests are no company it kept waiting)."""
         started = time.perf_counter()
