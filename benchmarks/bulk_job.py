@@ -16,8 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+from encoderrt import Engine
 from encoderrt.bench.runners import RawBackend, run_http, served
 from encoderrt.bench.workloads import Workload, passages, queries
 from encoderrt.compile.cache import artifact_for
@@ -34,33 +36,45 @@ def write_corpus(path: Path, texts: list[str]) -> None:
 
 
 def throughput(args: argparse.Namespace) -> None:
+    """The job calibrates its budget for throughput, `encoderrt serve` for latency: the backend alone and the server
+    are measured at both budgets, and the job is held against the better of each."""
     artifact = Path(args.artifact) if args.artifact else artifact_for(None)[0]
     texts = passages(args.rows)
     work = Path(tempfile.mkdtemp())
     corpus = work / "corpus.jsonl"
     write_corpus(corpus, texts)
     engine, _ = load_engine(artifact, JobSettings())
-    budget = engine.info.max_batch_tokens
-    print(f"artifact {artifact} ({engine.info.target} {engine.info.precision}), {args.rows} passages, "
-          f"budget {budget} tokens", flush=True)
-    raw = RawBackend(artifact, read_manifest(artifact), Workload("corpus", [], texts, []), budget)
+    with Engine.load(artifact) as serving:
+        budgets = {"job's": engine.info.max_batch_tokens, "serve's": serving.info.max_batch_tokens}
+    print(f"artifact {artifact} ({engine.info.target} {engine.info.precision}), {args.rows} passages, budgets: "
+          + ", ".join(f"{name} {budget} tokens" for name, budget in budgets.items()), flush=True)
+    if budgets["serve's"] == budgets["job's"]:
+        del budgets["serve's"]
+    raws = {name: RawBackend(artifact, read_manifest(artifact), Workload("corpus", [], texts, []), budget)
+            for name, budget in budgets.items()}
     chunks = [EmbedRequest(texts[i: i + 16]) for i in range(0, len(texts), 16)]
-    rates: dict[str, list[float]] = {"backend alone": [], "job": [], "http x32": []}
-    with served(artifact, budget) as server:
-        run_http(server.url, Workload("passages", chunks[:64], [], []), 32, 2.0)  # warm-up
+    rates: dict[str, list[float]] = {f"backend alone at {n} budget": [] for n in budgets} | {"job": []} | {
+        f"http x32 at {n} budget": [] for n in budgets}
+    with ExitStack() as stack:
+        servers = {name: stack.enter_context(served(artifact, budget)) for name, budget in budgets.items()}
+        for server in servers.values():
+            run_http(server.url, Workload("passages", chunks[:64], [], []), 32, 2.0)  # warm-up
         for round_ in range(args.rounds):
-            rates["backend alone"].append(raw.run(args.seconds))
-            out = work / f"out-{round_}"
-            summary = embed_corpus(corpus, out, engine=engine, id_field="id")
+            for name, raw in raws.items():
+                rates[f"backend alone at {name} budget"].append(raw.run(args.seconds))
+            summary = embed_corpus(corpus, work / f"out-{round_}", engine=engine, id_field="id")
             rates["job"].append(summary.tokens_per_second)
-            rates["http x32"].append(run_http(server.url, Workload("passages", chunks, [], []), 32,
-                                              args.seconds).tokens_per_s)
+            for name, server in servers.items():
+                rates[f"http x32 at {name} budget"].append(
+                    run_http(server.url, Workload("passages", chunks, [], []), 32, args.seconds).tokens_per_s)
             print(f"round {round_}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
     engine.close()
     median = {k: statistics.median(v) for k, v in rates.items()}
     print("median tokens/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in median.items()))
-    print(f"job / backend alone: {median['job'] / median['backend alone']:.3f}  (goal >= 0.95)")
-    print(f"job / best HTTP x32: {median['job'] / max(rates['http x32']):.3f}  (goal >= 1.1)")
+    alone = max(v for k, v in median.items() if k.startswith("backend alone"))
+    http = max(max(v) for k, v in rates.items() if k.startswith("http"))
+    print(f"job / backend alone (the faster budget): {median['job'] / alone:.3f}  (goal >= 0.95)")
+    print(f"job / best HTTP x32 round: {median['job'] / http:.3f}  (goal >= 1.1)")
 
 
 def memory(args: argparse.Namespace) -> None:

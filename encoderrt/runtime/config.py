@@ -28,6 +28,10 @@ class EngineConfig:
     calibration_latency_ms: float = setting(
         150.0, "calibration picks the budget with the best throughput whose batch stays under this latency",
         metavar="MS")
+    calibrate_for: Literal["latency", "throughput"] = setting(
+        "latency", "what the calibrated budget serves: latency takes the smallest budget within 10% of the best "
+        "throughput, so requests wait less; throughput the largest within 3%, so fewer batches each pay the "
+        "engine's fixed cost (bulk jobs calibrate so)")
     long_inputs: Literal["truncate", "chunk"] = setting(
         "truncate", "embedding inputs past the model's limit: cut at it, or embedded in chunks and averaged")
     default_prompt_name: str | None = None
@@ -45,6 +49,8 @@ class EngineConfig:
             raise ValueError(f"max_queue_seconds must be above 0, got {self.max_queue_seconds}")
         if self.sessions < 1:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
+        if self.calibrate_for not in ("latency", "throughput"):
+            raise ValueError(f"calibrate_for must be 'latency' or 'throughput', got {self.calibrate_for!r}")
         if self.long_inputs not in ("truncate", "chunk"):
             raise ValueError(f"long_inputs must be 'truncate' or 'chunk', got {self.long_inputs!r}")
         if self.max_token_embeddings < 1:

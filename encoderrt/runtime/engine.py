@@ -120,7 +120,7 @@ class Engine:
                              f"choose at most {limit}, or recompile with --max-batch-tokens {budget}")
         if budget is None:
             calibration = calibrate(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.vocab_size,
-                                    config.calibration_latency_ms)
+                                    config.calibration_latency_ms, config.calibrate_for)
             budget = calibration.max_batch_tokens
         else:
             calibration = measure_budget(backends[0], self._tokenizer.pad, budget, manifest.max_length,

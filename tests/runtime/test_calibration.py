@@ -105,3 +105,15 @@ def test_a_curve_still_climbing_is_followed_to_its_end(monkeypatch):
     result = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000)
     assert [budget for budget, _, _ in result.measurements] == list(CANDIDATE_BUDGETS)
     assert result.max_batch_tokens == 8192
+
+
+def test_calibrating_for_throughput_takes_the_largest_budget_near_the_best(monkeypatch):
+    """The same curves, for a bulk job: flat, the largest budget tried wins (fewer batches, each paying the engine's
+    fixed cost once); climbing 8% a doubling, only the best is within 3% of itself (1 / 1.08 = 0.93)."""
+    _modelled(monkeypatch, lambda tokens: 100e-6 * tokens)
+    flat = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=500, goal="throughput")
+    assert flat.max_batch_tokens == 1024
+    _modelled(monkeypatch, lambda tokens: 5e-3 * tokens / 256 / 1.08 ** np.log2(tokens / 256))
+    climbing = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000,
+                         goal="throughput")
+    assert climbing.max_batch_tokens == 16384
