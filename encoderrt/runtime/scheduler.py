@@ -124,7 +124,6 @@ class Scheduler:
         self._stats = stats
         self._rows = WaitingRows()
         self._pending_items = 0
-        self._pending_tokens = 0
         self._cond = threading.Condition()
         self._closed = False
         self._in_flight = 0
@@ -159,7 +158,7 @@ class Scheduler:
             if self._closed:
                 raise EngineClosed("the engine is closed")
             try:
-                self.admission.check(self._pending_items, self._pending_tokens, len(rows))
+                self.admission.check(self._pending_items, self._rows.tokens, len(rows))
             except Overloaded:
                 self._stats.add(overloaded=1)
                 raise
@@ -174,7 +173,6 @@ class Scheduler:
                 row = self._rows.get(key)
                 if row is None:
                     row = self._rows.add(tokens, key)
-                    self._pending_tokens += len(tokens.ids)
                 else:
                     duplicates += 1
                 row.consumers.append((ticket, index))
@@ -222,7 +220,7 @@ class Scheduler:
                     continue
                 waited = time.perf_counter() - self._rows.oldest().enqueued
                 company_expected = self._arrival_gap < self._max_wait
-                if company_expected and self._pending_tokens < self.max_batch_tokens and waited < self._max_wait:
+                if company_expected and self._rows.tokens < self.max_batch_tokens and waited < self._max_wait:
                     self._cond.wait(self._max_wait - waited)
                     continue
                 batch = self._take_batch()
@@ -245,7 +243,6 @@ class Scheduler:
             rows = self._rows.take(self.max_batch_tokens)
             dropped = sum(row.prune() for row in rows)
             items = sum(len(row.consumers) for row in rows)
-            self._pending_tokens -= sum(len(row.tokens.ids) for row in rows)
             self._pending_items -= items + dropped
             self._stats.add(queue_depth=-(items + dropped), cancelled_items=dropped)
             if live := [row for row in rows if row.consumers]:

@@ -44,6 +44,8 @@ class WaitingRows:
         self._by_key: dict[Hashable, WaitingRow] = {}  # arrival order
         self._by_length: dict[int, deque[WaitingRow]] = {}
         self._lengths: list[int] = []  # the lengths that have rows, ascending
+        self.tokens = 0
+        """Tokens of the waiting rows, each distinct row once."""
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -59,6 +61,7 @@ class WaitingRows:
             bucket = self._by_length[length] = deque()
             bisect.insort(self._lengths, length)
         bucket.append(row)
+        self.tokens += length
         return row
 
     def oldest(self) -> WaitingRow:
@@ -100,6 +103,7 @@ class WaitingRows:
                 self._lengths.pop(bisect.bisect_left(self._lengths, length))
         for row in taken:
             del self._by_key[row.key]
+            self.tokens -= len(row.tokens.ids)
         return taken
 
     def clear(self) -> list[WaitingRow]:
@@ -107,5 +111,6 @@ class WaitingRows:
         self._by_key.clear()
         self._by_length.clear()
         self._lengths.clear()
+        self.tokens = 0
         return rows
 
