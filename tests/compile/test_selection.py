@@ -1,11 +1,12 @@
 """--target auto / --precision auto: candidates are built, measured here, and the fastest eligible one is kept."""
 
 import time
+import weakref
 
 import numpy as np
 import pytest
 
-from encoderrt.compile import CompileOptions, compile_model
+from encoderrt.compile import CompileOptions, compile_model, selection
 from encoderrt.compile.selection import Candidate, plan
 from encoderrt.runtime.backends import openvino as openvino_backend
 from encoderrt.runtime.backends.onnxruntime_cpu import OnnxRuntimeBackend
@@ -40,21 +41,42 @@ def test_plan_follows_the_cpu(monkeypatch):
                                                                                          Candidate("openvino", "int8")]
 
 
+@pytest.mark.parametrize("free_bytes", [None, 1], ids=["together", "one-at-a-time"])
 @pytest.mark.parametrize("slow, expected", [(OpenVinoBackend, "cpu"), (OnnxRuntimeBackend, "openvino")])
-def test_the_measured_fastest_candidate_is_kept(slow, expected, tiny_models, tmp_path, monkeypatch, capsys):
-    """Through compile-model as a user runs it: each candidate's speed is said, and the fastest is kept."""
+def test_the_measured_fastest_candidate_is_kept(slow, expected, free_bytes, tiny_models, tmp_path, monkeypatch,
+                                                capsys):
+    """Through compile-model as a user runs it: each candidate's speed is said, and the fastest is kept; where the
+    candidates would not fit in memory together, they are measured one at a time, none loaded beside another, and
+    without a lone-run copy of the weights either way."""
     from encoderrt.cli import compile_model_main
 
     monkeypatch.setattr(openvino_backend, "native_bf16", lambda: False)  # two fp32 candidates, both exact
     _slowed(slow, monkeypatch)
+    if free_bytes is not None:
+        monkeypatch.setattr(selection, "free_memory", lambda: free_bytes)
+    alive, most, options = set(), [0], []
+    real_load = selection.load_backend
+
+    def load_backend(manifest, folder, backend_options):
+        backend = real_load(manifest, folder, backend_options)
+        options.append((backend_options, backend.capabilities.runs_alone))
+        alive.add(id(backend))
+        most[0] = max(most[0], len(alive))
+        weakref.finalize(backend, alive.discard, id(backend))
+        return backend
+
+    monkeypatch.setattr(selection, "load_backend", load_backend)
     assert compile_model_main([str(tiny_models["st-cls"]), "-o", str(tmp_path / "out")]) == 0
+    assert most[0] == (2 if free_bytes is None else 1) and len(options) == 2
+    assert not any(o.lone_runs or runs_alone for o, runs_alone in options)  # two cores: streams, no lone copy
     out = capsys.readouterr().out
     manifest = read_manifest(tmp_path / "out")  # the choice is recorded in the artifact
-    selection = manifest.selection
+    record = manifest.selection
     assert manifest.target == expected and manifest.precision == "fp32"
-    rates = {c["target"]: c["tokens_per_s"] for c in selection["candidates"]}
+    rates = {c["target"]: c["tokens_per_s"] for c in record["candidates"]}
     assert set(rates) == {"cpu", "openvino"} and rates[expected] == max(rates.values())
-    assert selection["chosen"]["target"] == expected and selection["measured_tokens"] > 0
+    assert record["chosen"]["target"] == expected and record["measured_tokens"] > 0
+    assert ("one candidate at a time" in record["measured"]) == (free_bytes is not None)
     for target, rate in rates.items():  # compile-model's summary, a line per candidate
         assert f"{'chosen' if target == expected else 'measured':<10} fp32 on {target}: {rate:.0f} tokens/s" in out
     assert {p.name for p in (tmp_path / "out").iterdir()} >= {"manifest.json", "tokenizer.json"}

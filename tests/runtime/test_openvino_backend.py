@@ -56,6 +56,9 @@ def _lone_and_split_runs(artifact):
                                first_output(split, Batch(rows, tokenizer.pad)), atol=1e-5)
     single = load_backend(manifest, artifact, BackendOptions(1))  # one thread, one stream: nothing to gain
     assert single.parallel_runs == 1 and not single.capabilities.runs_alone
+    streams_only = load_backend(manifest, artifact, BackendOptions(2, lone_runs=False))  # compile's: no lone copy
+    assert streams_only.parallel_runs == 2 and not streams_only.capabilities.runs_alone
+    assert "a lone batch" not in streams_only.execution
 
 
 _IMPORT_AND_COUNT_EVENTS = """

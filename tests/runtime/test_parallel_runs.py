@@ -245,3 +245,17 @@ def test_onnxruntime_keeps_one_session_where_the_streams_copies_of_the_weights_w
     monkeypatch.setattr(onnxruntime_cpu, "STREAMS_MEMORY_BYTES", 3 * copy - 1)
     with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=2) as engine:
         assert engine.info.parallel_runs == 1 and "streams" not in engine.info.execution
+
+
+def test_onnxruntime_streams_without_the_lone_batch_session_where_none_runs_alone(tiny_artifacts):
+    """Compile's own runs never run a batch alone (BackendOptions.lone_runs off): two streams, no third session and
+    its copy of the weights."""
+    from encoderrt.runtime.backends import BackendOptions, load_backend
+    from encoderrt.runtime.manifest import read_manifest
+
+    artifact = tiny_artifacts["st-cls"]
+    both = load_backend(read_manifest(artifact), artifact, BackendOptions(2))
+    streams_only = load_backend(read_manifest(artifact), artifact, BackendOptions(2, lone_runs=False))
+    assert both.parallel_runs == streams_only.parallel_runs == 2
+    assert both.capabilities.runs_alone and not streams_only.capabilities.runs_alone
+    assert both._alone is not None and streams_only._alone is None

@@ -31,6 +31,9 @@ Padder = Callable[[Sequence[Tokens]], Feeds]
 class BackendOptions:
     intra_op_threads: int = 0
     """0 means one thread per core the process may use."""
+    lone_runs: bool = True
+    """Also build the every-core session that runs a batch alone (Capabilities.runs_alone): a second copy of the
+    prepared weights, which compile's own runs (parity, the candidates' measurement) never use."""
 
     def resolved_threads(self) -> int:
         if self.intra_op_threads > 0:

@@ -88,7 +88,8 @@ def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> O
     threads = options.resolved_threads()
     if threads == 1 or (threads + 1) * prepacked_bytes(manifest) > STREAMS_MEMORY_BYTES:
         return OnnxRuntimeBackend([session(threads)], model_path, manifest.inputs)
-    return OnnxRuntimeBackend([session(1) for _ in range(threads)], model_path, manifest.inputs, alone=session(threads))
+    alone = session(threads) if options.lone_runs else None
+    return OnnxRuntimeBackend([session(1) for _ in range(threads)], model_path, manifest.inputs, alone=alone)
 
 
 def prepacked_bytes(manifest: Manifest) -> int:

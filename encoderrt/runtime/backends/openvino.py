@@ -248,7 +248,8 @@ def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> O
                 "CPU_RUNTIME_CACHE_CAPACITY": str(SHAPE_CACHE_ENTRIES)}
     compiled = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT", **settings})
     streams = int(compiled.get_property("NUM_STREAMS"))
-    alone = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY", **settings}) if streams > 1 else None
+    lone = streams > 1 and options.lone_runs
+    alone = core.compile_model(model, "CPU", {"PERFORMANCE_HINT": "LATENCY", **settings}) if lone else None
     fallback = " (bf16 asked for; this CPU has no bf16 instructions)" if manifest.precision == "bf16" and not bf16 else ""
     weights = " with int8 GEMMs" if manifest.precision == "int8" else ""
     lone = f"; a lone batch on all {threads}" if alone is not None else ""
