@@ -113,7 +113,9 @@ def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
 
 COMPILE_RUNS = BackendOptions(lone_runs=False)
 """How compile loads an artifact to check and measure it: no batch of its runs alone, so no every-core copy of the
-weights (Qwen3-Embedding-0.6B's three candidates held 18.6 GB at once with them)."""
+weights (with those copies, the default compile of Qwen3-Embedding-0.6B's configuration peaked at 18.6 GB; without,
+11.4 GB)."""
+
 
 def _words_to_length(tokenizer: TextTokenizer, tokens: int) -> str:
     """The shortest repetition of the passage with at least `tokens` tokens (special tokens counted)."""
