@@ -1,13 +1,12 @@
 """`--target auto` and `--precision auto`: which candidates to build, and which one to keep.
 
-Every candidate is built and verified like an explicit one; then each runs the same batches (the
-probe set, length-sorted under a 1,024-token budget) on this machine, in alternating rounds so
-that noise hits them alike (or one at a time, where together they would not fit in memory: MEMORY_SHARE), and the
-fastest eligible one becomes the artifact. Eligible: it passed
-its own parity check and, where the precision was left to auto, it is fp32 or meets the lossless
-tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it
-natively; and for a long-context model (LONG_ROWS), it is not onnxruntime where OpenVINO built. int8 is
-lossy and never chosen unless asked for.
+Every candidate is built and verified like an explicit one; then each runs the same batches (the probe set,
+length-sorted under a 1,024-token budget) on this machine, in alternating rounds so that noise hits them alike (or
+one at a time, where together they would not fit in memory: MEMORY_SHARE), and the fastest eligible one becomes the
+artifact. Eligible: it passed its own parity check and, where the precision was left to auto, it is fp32 or meets
+the lossless tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it natively;
+and for a long-context model (LONG_ROWS), it is not onnxruntime where OpenVINO built. int8 is lossy and never chosen
+unless asked for.
 """
 
 from __future__ import annotations
@@ -41,10 +40,11 @@ transformers' peak on a rotary family, 1.1x on XLM-R)."""
 ROUNDS = 3
 BUDGET = 1024
 COPIES = 4
+"""The probe rows are repeated so that every stream of a backend has batches to run."""
 MEMORY_SHARE = 0.5
 """The candidates are measured together (alternating rounds) while their footprints take at most this share of the
-free memory; beyond it, one at a time. Together, Qwen3-Embedding-0.6B's three candidates peaked at 18.6 GB."""
-"""The probe rows are repeated so that every stream of a backend has batches to run."""
+free memory; beyond it, one at a time (Qwen3-Embedding-0.6B's configuration: 10.0 GB together, 7.7 GB one at a
+time)."""
 
 
 @dataclass(frozen=True)
