@@ -2,9 +2,9 @@
 
 Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session, or per
 stream of a backend that runs several batches at once)
-form batches under a padded-token budget (waiting up to max_wait for company only while
-requests arrive faster than that, so a lone request runs at once), sorting the waiting rows by length so that rows of
-similar length run together, and always running the batch that holds the oldest row so that
+form batches under a padded-token budget (a free worker takes what is waiting at once; where max_wait is set,
+it waits up to that for company, but only while requests arrive faster than that), sorting the waiting rows by
+length so that rows of similar length run together, and always running the batch that holds the oldest row so that
 nothing starves. A batch that is the only work (nothing else running or waiting) is marked to run alone, on every
 core, where the backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only
 while work seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a
