@@ -28,7 +28,7 @@ from typing import Any, Iterator, NamedTuple
 from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
-from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.backends import BackendOptions, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
@@ -336,6 +336,11 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
                 process.kill()
 
 
+ALONE_RUNS_NONE = BackendOptions(lone_runs=False)
+"""The backend alone runs its batches on its streams, none alone on every core: without the every-core copy of the
+weights it would never use (1.2-2.4 GB at Qwen3-Embedding-0.6B's size)."""
+
+
 class RawBackend:
     """The artifact's backend alone (no tokenising, queue or Futures) on the workload's rows, length-sorted
     under the engine's token budget: what the engine's served throughput is divided by (engine efficiency)."""
@@ -350,7 +355,7 @@ class RawBackend:
             rows = tokenizer.encode_pairs(firsts, seconds)
         else:
             rows = tokenizer.encode(workload.reference_texts)
-        self.backend = load_backend(manifest, artifact)
+        self.backend = load_backend(manifest, artifact, ALONE_RUNS_NONE)
         self.batches = length_sorted_batches(rows, tokenizer.pad, max_batch_tokens)
         self.tokens = real_tokens(self.batches)
         self._pass_seconds = pass_seconds(self.backend, self.batches)  # warm-up: the first run of each shape allocates

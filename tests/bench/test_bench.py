@@ -416,6 +416,20 @@ def test_the_backend_alone_keeps_every_stream_busy_across_passes(tiny_artifacts,
     assert backend.most_at_once == 2
 
 
+@pytest.mark.every_core
+def test_the_backend_alone_loads_no_every_core_copy_it_never_runs(tiny_artifacts):
+    """Its batches run on the streams (pass_seconds marks none alone): the session that runs a batch alone on every
+    core, a second copy of the weights, is left out."""
+    from encoderrt.bench import runners
+    from encoderrt.runtime.manifest import read_manifest
+
+    artifact = tiny_artifacts["st-cls"]
+    raw = runners.RawBackend(artifact, read_manifest(artifact), workloads.build("queries", "embed", scale=0.1), 256)
+    assert raw.backend.parallel_runs > 1  # streams, beside which the every-core session would be built
+    assert not any(batch.alone for batch in raw.batches)
+    assert not raw.backend.capabilities.runs_alone and raw.backend._alone is None
+
+
 def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, compile_artifact, tmp_path, capsys):
     """A ColBERT model's rerank workload runs MaxSim in the engine and through /rerank, its reference is
     MultiVectorEncoder's encode_query / encode_document and its own similarity on the same lists; passages run as
