@@ -21,7 +21,7 @@ from typing import Any
 from encoderrt.compile import cpu, openvino, tensorrt
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
-from encoderrt.compile.parity import COMPILE_RUNS, Probes, artifact_tokenizer
+from encoderrt.compile.parity import COMPILE_RUNS, Probes, artifact_tokenizer, short_of_lossless
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.backends import load_backend
 from encoderrt.runtime.backends.base import Batch
@@ -125,7 +125,8 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
         figures = {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         lossless = bool(manifest.parity.get("lossless"))
         reason = None if candidate.precision == "fp32" or not precision_auto or lossless else (
-            "short of the lossless tier that --precision auto asks for")
+            f"short of the lossless tier that --precision auto asks for: "
+            f"{'; '.join(short_of_lossless(manifest.task, manifest.parity))}")
         if reason is None and candidate.target == "cpu" and any(c.target == "openvino" for c, m, _, _ in built if m):
             reason = long_rows_reason(manifest)
         records.append({**record, "execution": executions[i], "tokens_per_s": round(tokens / best[i], 1),
@@ -136,10 +137,25 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
         speed = f"{record['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in record else "not built"
         reporter.note(f"{'chosen' if i == chosen else 'candidate'} {built[i][0]}: {speed}"
                       + (f" ({record['reason']})" if record["reason"] else ""))
+    if chosen >= 0 and (faster := _faster_short_of_lossless(records, records[chosen])):
+        reporter.note(faster)
     rule = "fastest here of the candidates that passed parity" + (
         "; bf16 only where it meets the lossless tier" if precision_auto else "")
     return chosen, {"rule": rule, "measured_tokens": tokens, "batches": len(batches), "measured": how,
                     "candidates": records, "chosen": records[chosen] if chosen >= 0 else None}
+
+
+def _faster_short_of_lossless(records: list[dict[str, Any]], chosen: dict[str, Any]) -> str | None:
+    """How to take the fastest candidate that only the lossless tier kept out, where it beat the chosen one: that
+    choice is the user's to make, with the figures in front of them."""
+    passed = [r for r in records if r.get("lossless") is False and r["precision"] != "fp32" and not r["eligible"]
+              and r["tokens_per_s"] > chosen["tokens_per_s"]]
+    if not passed:
+        return None
+    best = max(passed, key=lambda r: r["tokens_per_s"])
+    return (f"{best['precision']} on {best['target']} ran {best['tokens_per_s'] / chosen['tokens_per_s']:.1f}x as "
+            f"fast as the chosen {chosen['precision']} on {chosen['target']} and meets its own {best['precision']} "
+            f"tolerance; --target {best['target']} --precision {best['precision']} builds it")
 
 
 def _alternating(built: Built, ok: list[int], batches: list[Batch]) -> tuple[dict[int, float], dict[int, str]]:
