@@ -336,9 +336,9 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
                 process.kill()
 
 
-ALONE_RUNS_NONE = BackendOptions(lone_runs=False)
-"""The backend alone runs its batches on its streams, none alone on every core: without the every-core copy of the
-weights it would never use (1.2-2.4 GB at Qwen3-Embedding-0.6B's size)."""
+STREAMS_ONLY = BackendOptions(lone_runs=False)
+"""The backend alone runs its batches on its streams, none alone on every core: so without the every-core copy of
+the weights it would never use (1.06 GiB of Qwen3-Embedding-0.6B's bf16 OpenVINO artifact)."""
 
 
 class RawBackend:
@@ -355,7 +355,7 @@ class RawBackend:
             rows = tokenizer.encode_pairs(firsts, seconds)
         else:
             rows = tokenizer.encode(workload.reference_texts)
-        self.backend = load_backend(manifest, artifact, ALONE_RUNS_NONE)
+        self.backend = load_backend(manifest, artifact, STREAMS_ONLY)
         self.batches = length_sorted_batches(rows, tokenizer.pad, max_batch_tokens)
         self.tokens = real_tokens(self.batches)
         self._pass_seconds = pass_seconds(self.backend, self.batches)  # warm-up: the first run of each shape allocates
