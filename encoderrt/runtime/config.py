@@ -31,6 +31,11 @@ class EngineConfig:
         1, "parallel backend instances, each with cores / sessions threads (1 measured best on 2 cores)", metavar="N")
     intra_op_threads: int = setting(
         0, "backend threads for all sessions together; 0: every core the process may use", metavar="N")
+    lone_runs: bool = setting(
+        True, "also load the every-core copy of the weights that runs a batch alone when it is the only work (a "
+        "lone query's latency on a backend with streams); off saves that copy's memory")
+    """A bulk job turns it off: its queue is deep until its last batches (Qwen3-Embedding-0.6B's bf16 artifact:
+    1.06 GiB)."""
     calibration_latency_ms: float = setting(
         150.0, "calibration picks the budget with the best throughput whose batch stays under this latency",
         metavar="MS")

@@ -111,7 +111,7 @@ class Engine:
         self.stats = EngineStats()
         self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
         threads = BackendOptions(config.intra_op_threads).resolved_threads()
-        per_session = BackendOptions(max(1, threads // config.sessions))
+        per_session = BackendOptions(max(1, threads // config.sessions), lone_runs=config.lone_runs)
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]
         check_graph(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.output_dim, manifest.shape.vocab_size)
         budget, limit = config.max_batch_tokens, backends[0].max_batch_tokens

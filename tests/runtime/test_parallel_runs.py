@@ -259,3 +259,21 @@ def test_onnxruntime_streams_without_the_lone_batch_session_where_none_runs_alon
     assert both.parallel_runs == streams_only.parallel_runs == 2
     assert both.capabilities.runs_alone and not streams_only.capabilities.runs_alone
     assert both._alone is not None and streams_only._alone is None
+
+
+def test_a_bulk_jobs_engine_loads_no_every_core_copy(tiny_artifacts):
+    """A job's queue is deep until its last batches, so its engine (job_engine_config: lone_runs off) loads the streams
+    alone; a lone request then runs on a stream, with the same vectors."""
+    from dataclasses import replace
+
+    from encoderrt.jobs.job import JobSettings, job_engine_config
+
+    texts = ["a short query", "a longer passage about the weather in Lisbon in the spring"]
+    with Engine.load(tiny_artifacts["st-cls"], intra_op_threads=2) as served:
+        assert "a lone batch on every core" in served.info.execution  # the default, as a server loads it
+        expected = served.embed(texts)
+    config = replace(job_engine_config(JobSettings()), intra_op_threads=2)
+    with Engine.load(tiny_artifacts["st-cls"], config) as job:
+        assert job.info.parallel_runs == 2 and "2 streams" in job.info.execution
+        assert "a lone batch" not in job.info.execution
+        np.testing.assert_allclose(job.embed(texts), expected, atol=1e-5)

@@ -54,7 +54,8 @@ class OnnxRuntimeBackend:
         self.max_batch_tokens = None
         self.parallel_runs = len(sessions)
         streams = f", {len(sessions)} streams" if len(sessions) > 1 else ""
-        self.execution = f"onnxruntime {', '.join(sessions[0].get_providers())}{streams}"
+        lone = "; a lone batch on every core" if alone is not None else ""
+        self.execution = f"onnxruntime {', '.join(sessions[0].get_providers())}{streams}{lone}"
         self.capabilities = Capabilities(runs_alone=alone is not None)
 
     def run(self, batch: Batch) -> Outputs:
