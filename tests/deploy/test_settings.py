@@ -104,6 +104,8 @@ def _another_value(item) -> tuple[str, object]:
         return "7", 7
     if item.scalar is float:
         return "0.25", 0.25
+    if item.scalar is bool:
+        return ("off", False) if item.default else ("on", True)
     return "text", "text"
 
 
@@ -114,6 +116,10 @@ def test_each_setting_is_also_an_environment_variable_that_a_flag_beats(item, mo
     assert item.env == "ENCODERRT_" + item.name.upper()
     parser = _serve_parser()  # the variables are read when the parser is built, as at every start of the command
     assert getattr(parser.parse_args([]), item.name) == value
+    if item.scalar is bool:  # --flag / --no-flag, no value
+        flag = item.flag if item.default else "--no-" + item.flag.removeprefix("--")
+        assert getattr(parser.parse_args([flag]), item.name) != value  # the command line wins
+        return
     flag_value = "z" if item.per_model else str(item.default if item.default is not None else 3)
     assert getattr(parser.parse_args([item.flag, flag_value]), item.name) != value  # the command line wins
 
