@@ -28,7 +28,7 @@ from typing import Any, Iterator, NamedTuple
 from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
-from encoderrt.runtime.backends import BackendOptions, load_backend
+from encoderrt.runtime.backends import STREAMS_ONLY, load_backend
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
@@ -334,11 +334,6 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
-
-
-STREAMS_ONLY = BackendOptions(lone_runs=False)
-"""The backend alone runs its batches on its streams, none alone on every core: so without the every-core copy of
-the weights it would never use (1.06 GiB of Qwen3-Embedding-0.6B's bf16 OpenVINO artifact)."""
 
 
 class RawBackend:

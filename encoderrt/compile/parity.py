@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.backends import BackendOptions, Batch, load_backend
+from encoderrt.runtime.backends import STREAMS_ONLY, Batch, load_backend
 from encoderrt.runtime.manifest import LEXICAL_WEIGHTS, MULTI_VECTORS, PER_TOKEN_OUTPUTS, Manifest
 from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
 from encoderrt.runtime.prompts import with_prompt
@@ -109,12 +109,6 @@ def _kind(task: str) -> str:
 def tolerance_for(task: str, precision: str, target: str) -> Tolerance:
     kind = _kind(task)
     return TARGET_TOLERANCES.get((target, kind, precision)) or TOLERANCES[(kind, precision)]
-
-
-COMPILE_RUNS = BackendOptions(lone_runs=False)
-"""How compile loads an artifact to check and measure it: no batch of its runs alone, so no every-core copy of the
-weights (with those copies, the default compile of Qwen3-Embedding-0.6B's configuration peaked at 18.6 GB; without,
-11.4 GB)."""
 
 
 def _words_to_length(tokenizer: TextTokenizer, tokens: int) -> str:
@@ -260,7 +254,7 @@ def engine_outputs(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Outputs of the compiled artifact, batched with padding and row by row (both must match), by output name: the
     first one's, and those `names` asks for beside it; a per-token output's rows are the real tokens', end to end."""
-    backend = load_backend(manifest, artifact_dir, COMPILE_RUNS)
+    backend = load_backend(manifest, artifact_dir, STREAMS_ONLY)
     encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
     if pooling_starts:
         encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]

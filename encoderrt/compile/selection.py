@@ -21,9 +21,9 @@ from typing import Any
 from encoderrt.compile import cpu, openvino, tensorrt
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
-from encoderrt.compile.parity import COMPILE_RUNS, Probes, artifact_tokenizer, short_of_lossless
+from encoderrt.compile.parity import Probes, artifact_tokenizer, short_of_lossless
 from encoderrt.compile.progress import StepReporter
-from encoderrt.runtime.backends import load_backend
+from encoderrt.runtime.backends import STREAMS_ONLY, load_backend
 from encoderrt.runtime.backends.base import Batch
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
@@ -116,7 +116,7 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
     with reporter.step("measure", f"{len(ok)} candidates, {len(batches)} batches, {how}"):
         best, executions = (_alternating if together else _one_at_a_time)(built, ok, batches)
     tokens = real_tokens(batches)
-    records = []
+    records, held_back = [], []
     for i, (candidate, manifest, _, failures) in enumerate(built):
         record: dict[str, Any] = {"target": candidate.target, "precision": candidate.precision}
         if manifest is None:
@@ -124,9 +124,11 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
             continue
         figures = {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         lossless = bool(manifest.parity.get("lossless"))
-        reason = None if candidate.precision == "fp32" or not precision_auto or lossless else (
-            f"short of the lossless tier that --precision auto asks for: "
-            f"{'; '.join(short_of_lossless(manifest.task, manifest.parity))}")
+        reason = None
+        if candidate.precision != "fp32" and precision_auto and not lossless:
+            held_back.append(i)
+            reason = ("short of the lossless tier that --precision auto asks for: "
+                      f"{'; '.join(short_of_lossless(manifest.task, manifest.parity))}")
         if reason is None and candidate.target == "cpu" and any(c.target == "openvino" for c, m, _, _ in built if m):
             reason = long_rows_reason(manifest)
         records.append({**record, "execution": executions[i], "tokens_per_s": round(tokens / best[i], 1),
@@ -137,7 +139,7 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
         speed = f"{record['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in record else "not built"
         reporter.note(f"{'chosen' if i == chosen else 'candidate'} {built[i][0]}: {speed}"
                       + (f" ({record['reason']})" if record["reason"] else ""))
-    if chosen >= 0 and (faster := _faster_short_of_lossless(records, records[chosen])):
+    if chosen >= 0 and (faster := _faster_held_back([records[i] for i in held_back], records[chosen])):
         reporter.note(faster)
     rule = "fastest here of the candidates that passed parity" + (
         "; bf16 only where it meets the lossless tier" if precision_auto else "")
@@ -145,14 +147,13 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
                     "candidates": records, "chosen": records[chosen] if chosen >= 0 else None}
 
 
-def _faster_short_of_lossless(records: list[dict[str, Any]], chosen: dict[str, Any]) -> str | None:
-    """How to take the fastest candidate that only the lossless tier kept out, where it beat the chosen one: that
-    choice is the user's to make, with the figures in front of them."""
-    passed = [r for r in records if r.get("lossless") is False and r["precision"] != "fp32" and not r["eligible"]
-              and r["tokens_per_s"] > chosen["tokens_per_s"]]
-    if not passed:
+def _faster_held_back(held_back: list[dict[str, Any]], chosen: dict[str, Any]) -> str | None:
+    """How to take the fastest of the candidates that only the lossless tier kept out, where it beat the chosen one:
+    that choice is the user's to make, with the figures in front of them."""
+    faster = [r for r in held_back if r["tokens_per_s"] > chosen["tokens_per_s"]]
+    if not faster:
         return None
-    best = max(passed, key=lambda r: r["tokens_per_s"])
+    best = max(faster, key=lambda r: r["tokens_per_s"])
     return (f"{best['precision']} on {best['target']} ran {best['tokens_per_s'] / chosen['tokens_per_s']:.1f}x as "
             f"fast as the chosen {chosen['precision']} on {chosen['target']} and meets its own {best['precision']} "
             f"tolerance; --target {best['target']} --precision {best['precision']} builds it")
@@ -160,7 +161,7 @@ def _faster_short_of_lossless(records: list[dict[str, Any]], chosen: dict[str, A
 
 def _alternating(built: Built, ok: list[int], batches: list[Batch]) -> tuple[dict[int, float], dict[int, str]]:
     """Every candidate loaded at once and run in turn, so that the machine's drift hits them alike."""
-    backends = {i: load_backend(built[i][1], built[i][2], COMPILE_RUNS) for i in ok}
+    backends = {i: load_backend(built[i][1], built[i][2], STREAMS_ONLY) for i in ok}
     best = {i: float("inf") for i in ok}
     for _ in range(ROUNDS):
         for i in ok:
@@ -172,7 +173,7 @@ def _one_at_a_time(built: Built, ok: list[int], batches: list[Batch]) -> tuple[d
     """Each candidate loaded, measured and let go before the next: one candidate's memory at a time."""
     best, executions = {}, {}
     for i in ok:
-        backend = load_backend(built[i][1], built[i][2], COMPILE_RUNS)
+        backend = load_backend(built[i][1], built[i][2], STREAMS_ONLY)
         best[i] = min(pass_seconds(backend, batches) for _ in range(ROUNDS))
         executions[i] = backend.execution
         del backend

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from encoderrt.runtime.backends.base import (
+    STREAMS_ONLY,
     Backend,
     BackendOptions,
     BackendUnavailable,
@@ -24,7 +25,8 @@ from encoderrt.runtime.backends.base import (
 )
 from encoderrt.runtime.manifest import Manifest
 
-__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Outputs", "first_output", "load_backend"]
+__all__ = ["Backend", "BackendOptions", "BackendUnavailable", "Batch", "Capabilities", "Outputs", "STREAMS_ONLY",
+           "first_output", "load_backend"]
 
 
 @cache
