@@ -22,12 +22,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(app, settings: ServerSettings | None = None):
+def running_server(app, settings: ServerSettings | None = None, plain_uvicorn: bool = False):
     """A real uvicorn server on a free loopback port, in a thread, configured as `encoderrt serve` configures it
-    (with `settings`' connection limits); yields its base URL."""
+    (with `settings`' connection limits), or with `plain_uvicorn` as any ASGI server runs the app (uvicorn's own
+    protocol: no limits, no word of a disconnect but `receive`'s); yields its base URL."""
     port = free_port()
     settings = replace(settings or ServerSettings(), host="127.0.0.1", port=port)
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning", access_log=False))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, http="httptools", log_level="warning",
+                            access_log=False) if plain_uvicorn else \
+        uvicorn_config(app, settings, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -3,6 +3,10 @@
 Models load in a background thread started by the lifespan, so /health can answer 503 (with each
 model's step) while a model compiles; routes answer 503 until the registry is ready. Stopping the
 server cancels loading at the next compile step and waits for it, so no half-written artifact stays.
+
+The server's middleware stands in front of FastAPI's whole stack (`ServerApp`), not inside it: a dialect's POST
+then reaches its handler past FastAPI's error, telemetry and body-limit layers, which cost a one-query request
+~25 us of the event loop's ~0.37 ms (2-core Sapphire Rapids) and whose work the middleware does itself.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from encoderrt.server import cohere, hf_hub, openai, rerank, system, tei, vllm
 from encoderrt.server.direct_routes import DirectRoutes
 from encoderrt.server.errors import describe_errors, install_error_handlers
 from encoderrt.server.metrics import Metrics
-from encoderrt.server.middleware import ServerMiddleware
+from encoderrt.server.middleware import ASGIApp, Receive, Scope, Send, ServerMiddleware
 from encoderrt.server.registry import LoadCancelled, ModelRegistry
 from encoderrt.server.settings import ServerSettings
 from encoderrt.server.tei_grpc import GrpcServer
@@ -70,7 +74,7 @@ def create_app(
             loader.join(CANCEL_WAIT_S)
         models.close()
 
-    app = FastAPI(title="encoderrt", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
+    app = ServerApp(title="encoderrt", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.models = models
     app.state.settings = settings
     app.state.metrics = Metrics(models)
@@ -86,8 +90,26 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_middleware(ServerMiddleware, metrics=app.state.metrics, api_key=settings.api_key,
-                       max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.connections.request_read_timeout,
-                       direct=DirectRoutes([route for dialect in dialects for route in dialect.router.routes],
-                                           app.exception_handlers))
+    app.front = ServerMiddleware(app.stack, metrics=app.state.metrics, api_key=settings.api_key,
+                                 max_body_bytes=settings.max_body_bytes,
+                                 body_timeout_s=settings.connections.request_read_timeout,
+                                 direct=DirectRoutes([route for dialect in dialects for route in dialect.router.routes],
+                                                     app.exception_handlers))
     return app
+
+
+class ServerApp(FastAPI):
+    """FastAPI whose HTTP requests go through `front` (the server's middleware) before its own stack."""
+
+    front: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.front is None or scope["type"] != "http":  # the lifespan, or an app not yet built
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self  # as Starlette sets it: a direct route's request.app
+        await self.front(scope, receive, send)
+
+    async def stack(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's own stack, behind `front`."""
+        await super().__call__(scope, receive, send)

@@ -6,6 +6,9 @@ accepts connections without bound. Here a head above `max_header_bytes` is answe
 within `request_read_timeout` 408 (the body's own deadline is the middleware's, which owns the body), and a request on a
 connection above `max_connections` 503 with Retry-After. Every answer is the API's JSON error, then the connection
 closes. Malformed HTTP gets that JSON shape too, where uvicorn sends plain text.
+
+It also tells a request's app the moment its client's connection drops (`ClientGone`), so the app need not keep a
+task reading `receive` to find out.
 """
 
 from __future__ import annotations
@@ -25,6 +28,33 @@ from encoderrt.server.settings import ConnectionLimits, ServerSettings
 log = logging.getLogger("encoderrt.server")
 LINGER_S = 2.0
 """After a refusal the connection drops what the client still sends for this long, then closes."""
+CLIENT_GONE = "encoderrt.client_gone"
+"""The scope key of a request's `ClientGone`, under this protocol only."""
+
+
+class ClientGone:
+    """Whether the connection dropped before the request's reply ended, and what to call when it does.
+
+    Under another server the middleware learns of a disconnect from a task that waits on `receive` instead; that
+    task cost a one-query request ~40 us of the event loop (2-core Sapphire Rapids), a tenth of its share."""
+
+    __slots__ = ("_callback", "_happened")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[], None] | None = None
+        self._happened = False
+
+    def call(self, callback: Callable[[], None] | None) -> None:
+        """Call `callback` when the client goes, at once if it has gone; None: call nothing."""
+        self._callback = callback
+        if self._happened:
+            self()
+
+    def __call__(self) -> None:
+        self._happened = True
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
@@ -50,7 +80,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and cycle.disconnected:  # uvicorn's mark: the reply had not ended
+            gone = cycle.scope.get(CLIENT_GONE)
+            if gone is not None:
+                gone()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:  # lingering after a refusal: what the client still sends is dropped unread
@@ -71,6 +106,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._head_bytes = 0
         self._cancel_head_timer()
+        self.scope[CLIENT_GONE] = ClientGone()  # type: ignore[literal-required]
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:

@@ -70,6 +70,10 @@ ERROR_TYPES = {
 }
 
 
+INTERNAL_ERROR = "internal error; the server log has the cause"
+"""A bug of ours, as the client hears of it: the traceback is for the log only."""
+
+
 def error_body(status: int, message: str) -> dict:
     # a message may quote client text: whatever it holds, the reply is valid JSON (a lone surrogate shows escaped)
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -116,6 +120,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_recursion(request: Request, error: RecursionError) -> Response:
         return error_response(400, "invalid request: the JSON body is nested too deeply")
 
+    async def on_bug(request: Request, error: Exception) -> Response:  # the middleware in front logs the traceback
+        return error_response(500, INTERNAL_ERROR)
+
+    app.add_exception_handler(Exception, on_bug)
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(EngineError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

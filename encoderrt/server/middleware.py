@@ -21,8 +21,9 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from encoderrt.server.connections import CLIENT_GONE, ClientGone
 from encoderrt.server.direct_routes import DirectRoutes
-from encoderrt.server.errors import error_response
+from encoderrt.server.errors import INTERNAL_ERROR, error_response
 from encoderrt.server.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -99,7 +100,7 @@ class ServerMiddleware:
             except Exception:  # noqa: BLE001 - a bug of ours: our error shape and request id, the traceback logged
                 log.exception("unexpected error on %s %s", scope["method"], scope["path"])
                 if not status_holder.get("started"):
-                    await error_response(500, "internal error; the server log has the cause")(scope, receive, send_with_id)
+                    await error_response(500, INTERNAL_ERROR)(scope, receive, send_with_id)
         finally:
             observe()  # a request that never finished a reply (disconnected, cut off) counts here
 
@@ -147,31 +148,40 @@ class ServerMiddleware:
 async def _cancelled_on_disconnect(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> bool:
     """Run the app until it answers or the client disconnects (then cancel it); True if the client went away.
 
-    The app runs in this task; once the body is read, one watcher task owns `receive` and cancels this task if the
-    client's disconnect comes while the app still runs. (A task for the app and an Event each way cost a one-query
-    request ~0.1 ms of the event loop.)"""
+    The app runs in this task. Once the body is read, a disconnect while the app still runs cancels this task: the
+    server's protocol says so through the scope's `ClientGone` (connections.py); under another server (Ray Serve's
+    proxy, a test's transport) a watcher task takes over `receive` and waits for the client's `http.disconnect`."""
     this = asyncio.current_task()
     assert this is not None
     state = {"in_app": True, "cut": False}
-    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    told: ClientGone | None = scope.get(CLIENT_GONE)
+    gone: asyncio.Future[None] | None = None
     watcher: asyncio.Task[None] | None = None
 
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        gone.set_result(None)
+    def cut() -> None:
         if state["in_app"]:  # the app's answer is not done; nothing else can run between its end and in_app = False
             state["cut"] = True
             this.cancel()
 
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        assert gone is not None
+        gone.set_result(None)
+        cut()
+
     async def app_receive() -> Message:
-        nonlocal watcher
-        if watcher is not None:  # the watcher owns `receive` now; the app only ever hears of a disconnect
+        nonlocal watcher, gone
+        if gone is not None:  # the watcher owns `receive` now; the app only ever hears of a disconnect
             await asyncio.shield(gone)
             return {"type": "http.disconnect"}
         message = await receive()
         if message["type"] == "http.request" and not message.get("more_body", False):
-            watcher = asyncio.ensure_future(watch())
+            if told is not None:
+                told.call(cut)
+            else:
+                gone = asyncio.get_running_loop().create_future()
+                watcher = asyncio.ensure_future(watch())
         return message
 
     try:
@@ -181,6 +191,8 @@ async def _cancelled_on_disconnect(app: ASGIApp, scope: Scope, receive: Receive,
             raise
     finally:
         state["in_app"] = False
+        if told is not None:
+            told.call(None)
         if watcher is not None:
             watcher.cancel()
     if state["cut"]:

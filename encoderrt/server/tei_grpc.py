@@ -34,7 +34,7 @@ from encoderrt.runtime.requests import Completion
 from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest
 from encoderrt.runtime.tasks.rerank import rank
 from encoderrt.server import common, tei
-from encoderrt.server.errors import APIError, status_of
+from encoderrt.server.errors import INTERNAL_ERROR, APIError, status_of
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.registry import ModelRegistry, ServedModel
 from encoderrt.server.settings import ServerSettings
@@ -276,7 +276,7 @@ def _failure(error: BaseException) -> Failed:
     if isinstance(error, (APIError, EngineError)):
         return Failed(CODES.get(status_of(error), grpc.StatusCode.INTERNAL), str(error))
     log.error("unexpected error in a gRPC call", exc_info=error)
-    return Failed(grpc.StatusCode.INTERNAL, "internal error; the server log has the cause")
+    return Failed(grpc.StatusCode.INTERNAL, INTERNAL_ERROR)
 
 
 async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requests: AsyncIterator[Message],

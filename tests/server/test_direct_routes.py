@@ -48,11 +48,6 @@ def _without_id(response):
     return body
 
 
-def _direct_of(app):
-    """The DirectRoutes the app's ServerMiddleware was given (the stack is built at the first request)."""
-    return next(m for m in app.user_middleware if m.cls is ServerMiddleware).kwargs
-
-
 @pytest.fixture(scope="module")
 def two_servers(tiny_artifacts):
     """The same models behind two apps: one as `encoderrt serve` runs it, one with every request down the full
@@ -61,8 +56,9 @@ def two_servers(tiny_artifacts):
                               reranker=Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=512))
     settings = ServerSettings(max_client_batch_size=8, max_body_bytes=4096)
     direct_app, full_app = create_app(settings, registry), create_app(settings, registry)
-    _direct_of(full_app)["direct"] = None
-    direct = _direct_of(direct_app)["direct"]
+    assert isinstance(full_app.front, ServerMiddleware) and isinstance(direct_app.front, ServerMiddleware)
+    full_app.front.direct = None
+    direct = direct_app.front.direct
     taken = []
     run = direct.run
 
@@ -109,7 +105,7 @@ def test_the_metrics_name_a_direct_route_by_its_path(two_servers):
 
 def test_every_dialect_post_route_without_parameters_is_direct(tiny_artifacts):
     app = create_app(ServerSettings(), ready_registry())
-    direct = _direct_of(app)["direct"]
+    direct = app.front.direct
     paths = {path for path, methods in app.openapi()["paths"].items() if "post" in methods and "{" not in path}
     assert {"/v1/embeddings", "/embed", "/rerank", "/v1/rerank", "/v2/rerank", "/score", "/classify",
             "/pooling", "/embed_sparse"} <= paths

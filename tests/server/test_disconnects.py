@@ -6,6 +6,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from encoderrt import Engine
 from encoderrt.bench import workloads
@@ -16,10 +17,13 @@ CLIENTS = 50
 TEXTS = workloads.passages(256, seed=5)
 
 
-def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_artifacts):
+@pytest.mark.parametrize("plain_uvicorn", [False, True], ids=["encoderrt-protocol", "any-asgi-server"])
+def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_artifacts, plain_uvicorn):
+    """Our protocol tells the app of the disconnect; under another server, a task waiting on `receive` hears it."""
     engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512, max_queue_items=CLIENTS * 256)
     backend = controlled[0]
-    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
+    app = create_app(ServerSettings(), ready_registry(st=engine))
+    with running_server(app, plain_uvicorn=plain_uvicorn) as url:
         backend.gate.clear()  # hold the first batch, so every request is still queued when its client leaves
         host, port = url.removeprefix("http://").split(":")
         clients = [_send_embed_request(host, int(port), workloads.passages(256, seed=100 + i)) for i in range(CLIENTS)]

@@ -43,15 +43,22 @@ def test_pair_truncation_too_short_for_the_special_tokens_is_refused(client, eng
     assert ok.json()["data"][0]["score"] == pytest.approx(engines["reranker"].score("q", long, truncate=5)[0], abs=1e-6)
 
 
-def test_an_unexpected_error_is_our_500_with_a_request_id(client, engines, monkeypatch):
+@pytest.mark.parametrize("route", ["POST /tokenize", "GET /v1/models"])  # a dialect's direct route; the full stack
+def test_an_unexpected_error_is_our_500_with_a_request_id(client, served, route, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise KeyError("a bug of ours")
 
-    monkeypatch.setattr(engines["minilm"], "tokenize", broken)
-    response = client.post("/tokenize", json={"model": "minilm", "prompt": "x"})
+    registry = served[1]
+    monkeypatch.setattr(registry, "resolve", broken)
+    monkeypatch.setattr(registry, "models", broken)
+    method, path = route.split()
+    with caplog.at_level("ERROR", logger="encoderrt.server"):
+        response = client.request(method, path, json={"model": "minilm", "prompt": "x"} if method == "POST" else None)
     assert response.status_code == 500 and response.headers["x-request-id"]
     assert response.json()["error"] == {"message": "internal error; the server log has the cause",
                                         "type": "internal_error", "code": 500}
+    logged = [record for record in caplog.records if record.exc_info]
+    assert len(logged) == 1 and "a bug of ours" in str(logged[0].exc_info[1]), logged  # the traceback, logged once
 
 
 def test_tokenizing_a_huge_prompt_leaves_the_loop_free(url):
