@@ -10,6 +10,7 @@ between 256, 512 and 1,024 tokens from one load to the next on the same machine.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -122,6 +123,42 @@ def _measure(backend: Backend, batches: list[Batch], warm: bool) -> tuple[float,
 def _summary(budget: int, runs: list[tuple[float, float]]) -> tuple[int, float, float]:
     """(budget, tokens per second, batch latency in ms): the medians over rounds."""
     return budget, float(np.median([t for t, _ in runs])), float(np.median([ms for _, ms in runs]))
+
+
+SMALL_WORK_ROWS = (1, 4, 16)
+"""Small work as timed at load: batches of this many 16-token queries, each alone and on one stream."""
+QUERY_TOKENS = 16
+LONE_SPEEDUP_WORTH = 1.5
+"""Small work runs alone whatever else arrives (the scheduler's SMALL_WORK_TOKENS) only at the sizes where every core
+runs it at least this much faster than one stream does; elsewhere a lone run under load leaves a core's worth of
+capacity unused, and the scheduler's SMALL_ALONE_WHILE_COMPANY_BELOW applies (its figures). bf16 all-MiniLM-L6-v2
+on OpenVINO, 2-core Sapphire Rapids: a lone run was 1.37-1.49x one stream at 1-16 queries of 16 tokens; onnxruntime
+fp32 on the same machine 1.71-1.82x, and on a 2-core AVX2 EPYC such batches ran better alone at 4-16 clients."""
+SPEEDUP_RUNS = 5
+
+
+def small_work_alone_from(backend: Backend, pad: Padder, vocab_size: int) -> int | None:
+    """The fewest padded tokens of a small batch that runs alone under load (LONE_SPEEDUP_WORTH), among the
+    SMALL_WORK_ROWS sizes (0 if from the smallest); None: at none of them. Only for a backend that runs batches
+    alone."""
+    if not backend.capabilities.runs_alone:
+        return None
+    low = min(100, vocab_size // 2)
+    ids = [1] + list(range(low, low + QUERY_TOKENS - 2)) + [2]
+    for probe, rows in enumerate(SMALL_WORK_ROWS):
+        batches = {alone: Batch([Tokens(ids, [0] * QUERY_TOKENS)] * rows, pad, alone=alone) for alone in (True, False)}
+        seconds: dict[bool, list[float]] = {True: [], False: []}
+        for batch in batches.values():
+            batch.ready(backend.capabilities)
+            backend.run(batch)  # the first run of a shape prepares it
+        for _ in range(SPEEDUP_RUNS):  # alternating, so that a slow moment weighs on both
+            for alone, batch in batches.items():
+                start = time.perf_counter()
+                backend.run(batch)
+                seconds[alone].append(time.perf_counter() - start)
+        if np.median(seconds[False]) >= LONE_SPEEDUP_WORTH * np.median(seconds[True]):
+            return rows * QUERY_TOKENS if probe else 0  # below the smallest size timed, as at it
+    return None
 
 
 def check_graph(backend: Backend, pad: Padder, max_length: int, output_dim: int, vocab_size: int) -> None:

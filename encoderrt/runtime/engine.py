@@ -21,7 +21,7 @@ import numpy as np
 
 from encoderrt.runtime.admission import Admission
 from encoderrt.runtime.backends import BackendOptions, load_backend
-from encoderrt.runtime.calibration import calibrate, check_graph, measure_budget
+from encoderrt.runtime.calibration import calibrate, check_graph, measure_budget, small_work_alone_from
 from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.prompts import default_prompt
@@ -127,7 +127,9 @@ class Engine:
                                          manifest.shape.vocab_size)
         workers = sum(b.parallel_runs for b in backends)
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
-        self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats)
+        small_alone_from = small_work_alone_from(backends[0], self._tokenizer.pad, manifest.shape.vocab_size)
+        self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats,
+                                    small_alone_from)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""

@@ -8,7 +8,8 @@ length so that rows of similar length run together, and always running the batch
 nothing starves. A batch that is the only work (nothing else running or waiting) is marked to run alone, on every
 core, where the backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only
 while work seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a
-lone run is capacity lost under load, or while the work is too small to split (SMALL_WORK_TOKENS).
+lone run is capacity lost under load, or while the work is too small to split (SMALL_WORK_TOKENS) and every core
+runs it much faster than one stream (measured at load).
 Identical rows are computed once, whoever asked for them. A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
 runtime/admission.py's call (items waiting, and seconds of work at the measured throughput).
@@ -38,11 +39,19 @@ from encoderrt.runtime.waiting import WaitingRow, WaitingRows
 log = logging.getLogger("encoderrt.runtime")
 
 SMALL_WORK_TOKENS = 256
-"""A batch of at most this many padded tokens that is the only work runs alone even under load: split across
-single-threaded streams, such batches are smaller still, each paying a batch's fixed cost on one core. Closed-loop
+"""A batch of at most this many padded tokens that is the only work runs alone even under load, at the sizes where
+running it on every core pays (measured at load: calibration.LONE_SPEEDUP_WORTH): split across single-threaded
+streams, such batches are smaller still, each paying a batch's fixed cost on one core. Closed-loop
 single queries of all-MiniLM-L6-v2 fp32 on onnxruntime's streams, 2-core AVX2 EPYC: at 4 / 8 / 16 clients
 2,800-3,100 / 3,450-3,570 / 3,860-3,950 tokens/s on streams against 3,440-3,500 / 3,880-3,910 / 4,250 on one
 two-threaded session; at 32 clients (batches of ~320 tokens) streams were ahead, 4,460 against 3,970."""
+SMALL_ALONE_WHILE_COMPANY_BELOW = 0.6
+"""The company limit of small work that every core runs not much faster than one stream (calibration's
+LONE_SPEEDUP_WORTH): under a light load it still runs alone, under a steady one on the streams. bf16
+all-MiniLM-L6-v2 on OpenVINO, 2-core Sapphire Rapids, single queries, three rounds in one process, against running
+such work always alone: closed loop at 4 / 8 / 16 clients 5,540 / 7,790 / 10,870 tokens/s against 5,250 / 6,940 /
+9,090 (with the general 0.3: 5,520 / 8,300 / 10,960); open-loop p50 at 100 queries/s 5.99 ms against 5.72 (0.3:
+6.57), at 300/s 7.43 against 7.61."""
 ALONE_WHILE_COMPANY_BELOW = 0.3
 """A batch that starts with the engine idle runs alone while fewer than this share of such batches (smoothed) saw
 new work arrive before they ended. Single queries, bf16 MiniLM, 2-core EPYC, open loop: running every such batch
@@ -116,8 +125,12 @@ class Scheduler:
         max_wait_ms: float,
         admission: Admission,
         stats: EngineStats,
+        small_alone_from: int | None = None,
     ):
+        """`small_alone_from`: the fewest padded tokens of small work (SMALL_WORK_TOKENS) that runs alone even while
+        other work arrives, as measured at load (calibration.small_work_alone_from); None: none does."""
         self.max_batch_tokens = max_batch_tokens
+        self._small_alone_from = small_alone_from
         self._pad = pad
         self._max_wait = max_wait_ms / 1000
         self.admission = admission
@@ -226,8 +239,7 @@ class Scheduler:
                 batch = self._take_batch()
                 if batch:
                     idle = not self._in_flight and not self._rows
-                    small = len(batch) * max(len(row.tokens.ids) for row in batch) <= SMALL_WORK_TOKENS
-                    alone = (can_run_alone and idle and (small or self._company < ALONE_WHILE_COMPANY_BELOW)
+                    alone = (can_run_alone and idle and self._company < self._company_limit(batch)
                              and not _named_outputs(batch))
                     self._in_flight += 1
                     self._alone = alone
@@ -235,6 +247,17 @@ class Scheduler:
                         self._cond.notify()
                     return batch, alone, self._submissions if idle else None
             return None
+
+    def _company_limit(self, batch: list[WaitingRow]) -> float:
+        """How much company (the smoothed share of idle-start batches that saw work arrive) a batch may see and
+        still run alone: small work that every core runs much faster, whatever the company; other small work, up
+        to SMALL_ALONE_WHILE_COMPANY_BELOW; the rest, ALONE_WHILE_COMPANY_BELOW."""
+        padded = len(batch) * max(len(row.tokens.ids) for row in batch)
+        if padded > SMALL_WORK_TOKENS:
+            return ALONE_WHILE_COMPANY_BELOW
+        if self._small_alone_from is not None and padded >= self._small_alone_from:
+            return float("inf")
+        return SMALL_ALONE_WHILE_COMPANY_BELOW
 
     def _take_batch(self) -> list[WaitingRow]:
         """The length-sorted waiting rows cut into runs under the budget: the run holding the oldest row (waiting.py),

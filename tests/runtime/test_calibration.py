@@ -117,3 +117,31 @@ def test_calibrating_for_throughput_takes_the_largest_budget_near_the_best(monke
     climbing = calibrate(CostModel(0.0, 0.0), pad, max_length=128, vocab_size=1000, latency_cap_ms=1000,
                          goal="throughput")
     assert climbing.max_batch_tokens == 16384
+
+
+class LoneSpeedup(CostModel):
+    """Two streams and lone runs: a lone run takes `per_token x padded tokens`, a stream's run `speedup(rows)` times
+    that."""
+
+    capabilities = Capabilities(runs_alone=True)
+
+    def __init__(self, speedup):
+        super().__init__(0.0, 2e-5, parallel_runs=2)
+        self.speedup = speedup
+
+    def run(self, batch):
+        factor = 1.0 if batch.alone else self.speedup(len(batch.rows))
+        time.sleep(self.per_token * batch.padded_tokens * factor)
+        return {"embeddings": np.zeros((len(batch.rows), 4), dtype=np.float32)}
+
+
+def test_small_work_runs_alone_only_from_the_size_where_every_core_pays():
+    """Batches of 1, 4 and 16 sixteen-token queries, timed alone and on one stream: small work runs alone under load
+    from the first size at which a lone run is 1.5x one stream (as onnxruntime's sessions measure), at no size where
+    it never is (OpenVINO's bf16 streams on AMX measure 1.4x)."""
+    from encoderrt.runtime.calibration import small_work_alone_from
+
+    assert small_work_alone_from(LoneSpeedup(lambda rows: 1.8), pad, 30_000) == 0  # any small batch
+    assert small_work_alone_from(LoneSpeedup(lambda rows: {1: 1.1, 4: 1.2, 16: 2.0}[rows]), pad, 30_000) == 256
+    assert small_work_alone_from(LoneSpeedup(lambda rows: 1.1), pad, 30_000) is None
+    assert small_work_alone_from(CostModel(0.0, 2e-5, parallel_runs=2), pad, 30_000) is None  # nothing runs alone

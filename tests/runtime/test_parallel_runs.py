@@ -2,6 +2,7 @@
 
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -73,7 +74,11 @@ def test_raw_timing_runs_streams_together_and_reraises_failures(tiny_artifacts):
 class LoneRuns:
     """Two streams and lone batches on every core over a real backend. Records how each batch ran and how many runs
     were in flight
-    with it; while `holding`, each batch waits until the test takes its release from `held` and sets it."""
+    with it; while `holding`, each batch waits until the test takes its release from `held` and sets it. A stream's
+    run takes `stream_delay` longer than a lone one (small work then measures as worth running alone at load)."""
+
+    stream_delay = 0.004
+    alone_delay = 0.0
 
     def __init__(self, inner):
         self.inner = inner
@@ -103,10 +108,12 @@ class LoneRuns:
 
     def run(self, batch):
         if not batch.alone:
+            time.sleep(self.stream_delay)
             return self._held("stream", batch)
         if self.fail_alone:
             self.fail_alone = False
             raise RuntimeError("simulated fault on every core")
+        time.sleep(self.alone_delay)
         return self._held("alone", batch)
 
 
@@ -198,10 +205,32 @@ def test_small_work_runs_alone_even_while_work_keeps_arriving(lone_runs):
     """The same arrivals as above, each batch a row of a few tokens (under SMALL_WORK_TOKENS): every one runs alone,
     none on a stream, since splitting such batches across single-threaded streams only makes them smaller."""
     engine, backend = lone_runs
+    assert engine._scheduler._small_alone_from == 0  # measured at load: a lone run beats a stream's at every size
     futures = arriving_during_the_one_before(engine, backend, 5)
     backend.held.get(timeout=10).set()
     futures[-1].result(timeout=10)
     assert backend.ran == [("alone", 1)] * 5
+
+
+def test_small_work_follows_the_company_rule_where_every_core_runs_it_no_faster(tiny_artifacts, monkeypatch):
+    """Where a lone run of small work is no faster than a stream's (OpenVINO's bf16 streams on AMX), small work runs
+    alone only while company stays under SMALL_ALONE_WHILE_COMPANY_BELOW (0.6). Hand count, smoothed 0.8 / 0.2:
+    company during requests 0-4 brings it to 0.2, 0.36, 0.488, 0.59 and 0.672, so request 5 runs on a stream."""
+    monkeypatch.setattr(LoneRuns, "stream_delay", 0.004)
+    monkeypatch.setattr(LoneRuns, "alone_delay", 0.004)
+    made = []
+    real = engine_module.load_backend
+    monkeypatch.setattr(engine_module, "load_backend", lambda *a, **k: made.append(LoneRuns(real(*a, **k))) or made[-1])
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=16, max_wait_ms=0) as engine:
+        backend = made[0]
+        assert engine._scheduler._small_alone_from is None
+        backend.ran.clear()
+        backend.holding = True
+        futures = arriving_during_the_one_before(engine, backend, 6)
+        backend.held.get(timeout=10).set()
+        futures[-1].result(timeout=10)
+        backend.holding = False
+    assert backend.ran == [("alone", 1)] * 5 + [("stream", 1)]
 
 
 def test_a_failed_lone_run_fails_its_batch_only_and_frees_the_streams(lone_runs):
