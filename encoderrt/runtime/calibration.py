@@ -101,10 +101,16 @@ def measure_budget(backend: Backend, pad: Padder, budget: int, max_length: int, 
 def _batches(backend: Backend, pad: Padder, budget: int, max_length: int, vocab_size: int) -> list[Batch]:
     """One batch per stream of passage-length rows filling `budget`."""
     length = min(ROW_LENGTH, max_length)
-    rng = np.random.default_rng(0)
-    low = min(100, vocab_size // 2)  # past a vocabulary's special tokens, and inside even a tiny one
-    ids = [1] + rng.integers(low, vocab_size, size=length - 2).tolist() + [2]
-    return [Batch([Tokens(ids, [0] * length)] * max(1, budget // length), pad)] * max(1, backend.parallel_runs)
+    row = _probe_row(length, vocab_size)
+    return [Batch([row] * max(1, budget // length), pad)] * max(1, backend.parallel_runs)
+
+
+def _probe_row(length: int, vocab_size: int) -> Tokens:
+    """A row of `length` tokens between two specials, its ids past a vocabulary's special tokens (and inside even a
+    tiny one): the same row on every load."""
+    low = min(100, vocab_size // 2)
+    ids = [1] + np.random.default_rng(0).integers(low, vocab_size, size=length - 2).tolist() + [2]
+    return Tokens(ids, [0] * length)
 
 
 def _measure(backend: Backend, batches: list[Batch], warm: bool) -> tuple[float, float]:
@@ -143,10 +149,9 @@ def small_work_alone_from(backend: Backend, pad: Padder, vocab_size: int) -> int
     alone."""
     if not backend.capabilities.runs_alone:
         return None
-    low = min(100, vocab_size // 2)
-    ids = [1] + list(range(low, low + QUERY_TOKENS - 2)) + [2]
+    query = _probe_row(QUERY_TOKENS, vocab_size)
     for probe, rows in enumerate(SMALL_WORK_ROWS):
-        batches = {alone: Batch([Tokens(ids, [0] * QUERY_TOKENS)] * rows, pad, alone=alone) for alone in (True, False)}
+        batches = {alone: Batch([query] * rows, pad, alone=alone) for alone in (True, False)}
         seconds: dict[bool, list[float]] = {True: [], False: []}
         for batch in batches.values():
             batch.ready(backend.capabilities)
