@@ -19,9 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local Hugging Face or sentence-transformers folder (default: the bundled all-MiniLM-L6-v2)")
     parser.add_argument("--output", "-o", type=Path, required=True, metavar="ARTIFACT_DIR", help="artifact folder to write")
     parser.add_argument("--task", choices=["auto", "embed", "score", "classify"], default="auto")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "int8", "fp16"], default="auto",
+    parser.add_argument("--precision", choices=["auto", "fastest", "fp32", "bf16", "int8", "fp16"], default="auto",
                         help="auto: fp32, or bf16 where this CPU computes it natively and it meets the lossless tier, "
-                             "whichever measures faster; cpu: fp32 or int8; openvino: fp32, bf16 or int8; cuda: fp32; "
+                             "whichever measures faster; fastest: the same, with bf16 held to its own tolerance only; "
+                             "cpu: fp32 or int8; openvino: fp32, bf16 or int8; cuda: fp32; "
                              "tensorrt: fp32, fp16, bf16 or int8")
     parser.add_argument("--target", choices=["auto", "cpu", "openvino", "cuda", "tensorrt"], default="auto",
                         help="auto: the fastest CPU target on this machine, measured at compile; cpu: onnxruntime; "

@@ -12,8 +12,9 @@ class CompileOptions:
     model_dir: Path
     output_dir: Path
     task: Literal["auto", "embed", "score", "classify"] = "auto"
-    precision: Literal["auto", "fp32", "int8", "fp16", "bf16"] = "auto"
-    """auto: the fastest here of fp32 and, where the CPU computes it natively and it meets the lossless tier, bf16."""
+    precision: Literal["auto", "fastest", "fp32", "int8", "fp16", "bf16"] = "auto"
+    """auto: the fastest here of fp32 and, where the CPU computes it natively and it meets the lossless tier, bf16;
+    fastest: the same candidates, bf16 held to its own tolerance only (compile/selection.py)."""
     target: Literal["auto", "cpu", "openvino", "cuda", "tensorrt"] = "auto"
     """auto: the fastest of the CPU targets (onnxruntime, OpenVINO) on this machine (compile/selection.py)."""
     layout: Literal["padded", "packed"] = "padded"

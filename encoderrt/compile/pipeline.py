@@ -115,14 +115,16 @@ def _compile(options: CompileOptions, source: SourceModel, candidates: list[Cand
             candidate = candidates[0]
             manifest = builders[candidate.target](build.for_candidate(candidate.target, candidate.precision), writer.staging)
         else:
-            manifest = _choose(candidates, build, builders, writer.staging, options.precision == "auto")
+            manifest = _choose(candidates, build, builders, writer.staging,
+                               lossless_only=options.precision == "auto")
         manifest = writer.commit(manifest)
     return CompileResult(path=options.output_dir, manifest=manifest, timings=reporter.timings)
 
 
 def _choose(candidates: list[Candidate], build: Build, builders: dict[str, Builder], staging: Path,
-            precision_auto: bool) -> Manifest:
-    """Build every candidate in its own folder, keep the fastest eligible one in `staging`."""
+            lossless_only: bool) -> Manifest:
+    """Build every candidate in its own folder, keep the fastest eligible one in `staging` (`lossless_only`: bf16 only
+    where it meets the lossless tier)."""
     built: list[tuple[Candidate, Manifest | None, Path, list[str]]] = []
     for candidate in candidates:
         folder = build.work / f"candidate-{candidate.target}-{candidate.precision}"
@@ -132,7 +134,7 @@ def _choose(candidates: list[Candidate], build: Build, builders: dict[str, Build
                           folder, []))
         except ParityError as exc:  # one candidate missing its tolerance leaves the others in the running
             built.append((candidate, None, folder, [str(exc)]))
-    index, record = choose(built, build.shared["probes"], precision_auto, build.reporter)
+    index, record = choose(built, build.shared["probes"], lossless_only, build.reporter)
     if index < 0:
         raise ParityError("no candidate passed: " + "; ".join(f"{c}: {r['reason']}" for c, r in
                                                                 zip(candidates, record["candidates"])))

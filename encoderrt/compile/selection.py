@@ -1,12 +1,13 @@
-"""`--target auto` and `--precision auto`: which candidates to build, and which one to keep.
+"""`--target auto` and `--precision auto` (or `fastest`): which candidates to build, and which one to keep.
 
 Every candidate is built and verified like an explicit one; then each runs the same batches (the probe set,
 length-sorted under a 1,024-token budget) on this machine, in alternating rounds so that noise hits them alike (or
 one at a time, where together they would not fit in memory: MEMORY_SHARE), and the fastest eligible one becomes the
 artifact. Eligible: it passed its own parity check and, where the precision was left to auto, it is fp32 or meets
-the lossless tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it natively;
-and for a long-context model (LONG_ROWS), it is not onnxruntime where OpenVINO built. int8 is lossy and never chosen
-unless asked for.
+the lossless tier (parity.LOSSLESS), so bf16 is taken only where it is that good and the CPU computes it natively
+(`--precision fastest` holds bf16 to its own tolerance only: the portable way to bf16's speed where a CPU has it,
+and fp32 where it does not); and for a long-context model (LONG_ROWS), it is not onnxruntime where OpenVINO built.
+int8 is lossy and never chosen unless asked for.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def plan(options: CompileOptions) -> list[Candidate]:
     if target == "openvino" and not openvino_installed():
         raise InputError("--target openvino needs OpenVINO: pip install openvino")
     targets = [t for t in MEASURED_TARGETS if t != "openvino" or openvino_installed()] if target == "auto" else [target]
-    if precision == "auto":
+    if precision in ("auto", "fastest"):
         if target in ("tensorrt", "cuda"):  # nothing measured: the engine's precision is the user's call
             return [Candidate(target, "bf16" if options.layout == "packed" else "fp32")]
         bf16 = native_bf16()
@@ -104,9 +105,11 @@ Built = list[tuple[Candidate, Manifest | None, Path, list[str]]]
 """(candidate, its manifest or None where it failed, its folder, its parity failures)."""
 
 
-def choose(built: Built, probes: Probes, precision_auto: bool,
+def choose(built: Built, probes: Probes, lossless_only: bool,
            reporter: StepReporter) -> tuple[int, dict[str, Any]]:
-    """Measure the candidates that built; returns the index of the one to keep and the record for the manifest."""
+    """Measure the candidates that built; returns the index of the one to keep and the record for the manifest.
+    `lossless_only`: a candidate other than fp32 is eligible only where it meets the lossless tier (`--precision
+    auto`)."""
     ok = [i for i, (_, manifest, _, _) in enumerate(built) if manifest is not None]
     first = built[ok[0]] if ok else None
     batches = measurement_batches(first[1], first[2], probes) if first else []
@@ -125,7 +128,7 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
         figures = {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         lossless = bool(manifest.parity.get("lossless"))
         reason = None
-        if candidate.precision != "fp32" and precision_auto and not lossless:
+        if candidate.precision != "fp32" and lossless_only and not lossless:
             held_back.append(i)
             reason = ("short of the lossless tier that --precision auto asks for: "
                       f"{'; '.join(short_of_lossless(manifest.task, manifest.parity))}")
@@ -142,7 +145,7 @@ def choose(built: Built, probes: Probes, precision_auto: bool,
     if chosen >= 0 and (faster := _faster_held_back([records[i] for i in held_back], records[chosen])):
         reporter.note(faster)
     rule = "fastest here of the candidates that passed parity" + (
-        "; bf16 only where it meets the lossless tier" if precision_auto else "")
+        "; bf16 only where it meets the lossless tier" if lossless_only else "; each at its own precision's tolerance")
     return chosen, {"rule": rule, "measured_tokens": tokens, "batches": len(batches), "measured": how,
                     "candidates": records, "chosen": records[chosen] if chosen >= 0 else None}
 
@@ -156,7 +159,8 @@ def _faster_held_back(held_back: list[dict[str, Any]], chosen: dict[str, Any]) -
     best = max(faster, key=lambda r: r["tokens_per_s"])
     return (f"{best['precision']} on {best['target']} ran {best['tokens_per_s'] / chosen['tokens_per_s']:.1f}x as "
             f"fast as the chosen {chosen['precision']} on {chosen['target']} and meets its own {best['precision']} "
-            f"tolerance; --target {best['target']} --precision {best['precision']} builds it")
+            f"tolerance; --precision fastest takes it where a CPU computes {best['precision']} natively (fp32 "
+            f"elsewhere), --target {best['target']} --precision {best['precision']} builds it")
 
 
 def _alternating(built: Built, ok: list[int], batches: list[Batch]) -> tuple[dict[int, float], dict[int, str]]:
