@@ -106,7 +106,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     report = Report(
         model={"name": name, "task": info.task, "precision": info.precision, "target": info.target,
                "execution": info.execution, "max_length": info.max_length, "max_batch_tokens": info.max_batch_tokens,
-               "artifact": str(artifact),
+               "deep_batch_tokens": info.deep_batch_tokens, "artifact": str(artifact),
                "parity": {k: v for k, v in manifest.parity.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}},
         cpu={**cpu, "tier": ceiling.cpu_tier(cpu["flags"])},
         versions=package_versions(_PACKAGES),
@@ -133,7 +133,8 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
         for workload in chosen:
             progress.step(f"{workload.name}: warm-up")
             _warm_up(engine, url, server, workload, max(options.concurrency), options.modes)
-            raw = runners.RawBackend(artifact, manifest, workload, info.max_batch_tokens) if "engine" in options.modes else None
+            raw = (runners.RawBackend(artifact, manifest, workload, info.deep_batch_tokens)  # all of it queued: deep
+                   if "engine" in options.modes else None)
             tokens = engine.count_tokens(workload.reference_texts, workload.reference_pairs) if references else 0
             for round_ in range(1, options.repeat + 1):  # everything alternates, so drift hits it all alike
                 for concurrency in options.concurrency:

@@ -338,7 +338,8 @@ def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Ite
 
 class RawBackend:
     """The artifact's backend alone (no tokenising, queue or Futures) on the workload's rows, length-sorted
-    under the engine's token budget: what the engine's served throughput is divided by (engine efficiency)."""
+    under the engine's budget for a deep queue (the whole workload is queued): what the engine's served throughput
+    is divided by (engine efficiency)."""
 
     def __init__(self, artifact: Path, manifest: Manifest, workload: Workload, max_batch_tokens: int):
         tokenizer = TextTokenizer.for_artifact(manifest, artifact)

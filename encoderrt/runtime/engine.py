@@ -67,6 +67,8 @@ class EngineInfo:
     execution: str
     """What runs the graph: runtime, precision in force (a bf16 artifact runs f32 on a CPU without bf16), streams."""
     max_batch_tokens: int
+    deep_batch_tokens: int
+    """The budget while the queue is deep (EngineConfig.deep_queue_factor): the most padded tokens a batch holds."""
     sessions: int
     parallel_runs: int
     """Batches in flight at once: sessions x the backend's streams."""
@@ -128,8 +130,10 @@ class Engine:
         workers = sum(b.parallel_runs for b in backends)
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         small_alone_from = small_work_alone_from(backends[0], self._tokenizer.pad, manifest.shape.vocab_size)
+        deep_budget = max(budget, int(budget * config.deep_queue_factor))
+        deep_budget = deep_budget if limit is None else min(deep_budget, limit)
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats,
-                                    small_alone_from)
+                                    small_alone_from, deep_budget)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""
@@ -149,6 +153,7 @@ class Engine:
             target=manifest.target,
             execution=backends[0].execution,
             max_batch_tokens=budget,
+            deep_batch_tokens=deep_budget,
             sessions=config.sessions,
             parallel_runs=workers,
             calibration=calibration.measurements,

@@ -1,16 +1,15 @@
 """The one batching loop: rows from every caller -> token-budget batches -> backend runs.
 
-Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session, or per
-stream of a backend that runs several batches at once)
-form batches under a padded-token budget (a free worker takes what is waiting at once; where max_wait is set,
-it waits up to that for company, but only while requests arrive faster than that), sorting the waiting rows by
-length so that rows of similar length run together, and always running the batch that holds the oldest row so that
-nothing starves. A batch that is the only work (nothing else running or waiting) is marked to run alone, on every
-core, where the backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only
-while work seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a
-lone run is capacity lost under load, or while the work is too small to split (SMALL_WORK_TOKENS) and every core
-runs it much faster than one stream (measured at load).
-Identical rows are computed once, whoever asked for them. A row whose every
+Callers `submit` tokenised rows and get a Future. Worker threads (one per backend session, or per stream of a
+backend that runs several batches at once) form batches under a padded-token budget (bigger while the queue is deep:
+EngineConfig.deep_queue_factor); a free worker takes what is waiting at once (where max_wait is set, it waits up to
+that for company, but only while requests arrive faster than that), sorting the waiting rows by length so that rows
+of similar length run together, and always running the batch that holds the oldest row so that nothing starves.
+A batch that is the only work (nothing else running or waiting) is marked to run alone, on every core, where the
+backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only while work
+seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a lone run is capacity
+lost under load, or while the work is too small to split (SMALL_WORK_TOKENS) and every core runs it much faster
+than one stream (measured at load). Identical rows are computed once, whoever asked for them. A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
 runtime/admission.py's call (items waiting, and seconds of work at the measured throughput).
 """
@@ -126,10 +125,13 @@ class Scheduler:
         admission: Admission,
         stats: EngineStats,
         small_alone_from: int | None = None,
+        deep_batch_tokens: int | None = None,
     ):
         """`small_alone_from`: the fewest padded tokens of small work (SMALL_WORK_TOKENS) that runs alone even while
-        other work arrives, as measured at load (calibration.small_work_alone_from); None: none does."""
+        other work arrives, as measured at load (calibration.small_work_alone_from); None: none does.
+        `deep_batch_tokens`: the budget while at least that many tokens wait (None: the budget)."""
         self.max_batch_tokens = max_batch_tokens
+        self._deep_budget = deep_batch_tokens or max_batch_tokens
         self._small_alone_from = small_alone_from
         self._pad = pad
         self._max_wait = max_wait_ms / 1000
@@ -262,8 +264,9 @@ class Scheduler:
     def _take_batch(self) -> list[WaitingRow]:
         """The length-sorted waiting rows cut into runs under the budget: the run holding the oldest row (waiting.py),
         less the rows whose every caller has gone, which are dropped here, before they run."""
+        deep = self._rows.tokens >= self._deep_budget  # a deep batch's worth waits: the queue is deep
         while self._rows:
-            rows = self._rows.take(self.max_batch_tokens)
+            rows = self._rows.take(self._deep_budget if deep else self.max_batch_tokens)
             dropped = sum(row.prune() for row in rows)
             items = sum(len(row.consumers) for row in rows)
             self._pending_items -= items + dropped

@@ -120,6 +120,7 @@ def load_models(planned: list[PlannedModel], config: EngineConfig, registry: Mod
                                                   if spec.default_prompt_name is not None else {}))
         registry.add(name, engine)
         registry.set_step(name, "ready")
-        log.info("serving %s (%s, %s) from %s; batch budget %d tokens",
-                 name, engine.info.task, engine.info.precision, artifact, engine.info.max_batch_tokens)
+        log.info("serving %s (%s, %s) from %s; batch budget %d tokens (%d while the queue is deep)", name,
+                 engine.info.task, engine.info.precision, artifact, engine.info.max_batch_tokens,
+                 engine.info.deep_batch_tokens)
     registry.mark_ready()

@@ -206,7 +206,7 @@ def describe(models: ModelRegistry, settings: ServerSettings) -> dict[str, Any]:
     return {
         "model_id": served.name, "model_sha": None, "model_dtype": engine_info.precision, "model_type": model_type,
         "max_concurrent_requests": settings.engine.max_queue_items, "max_input_length": engine_info.max_length,
-        "max_batch_tokens": engine_info.max_batch_tokens, "max_batch_requests": None,
+        "max_batch_tokens": engine_info.deep_batch_tokens, "max_batch_requests": None,
         "max_client_batch_size": settings.max_client_batch_size, "auto_truncate": True, "tokenization_workers": 1,
         "version": __version__, "sha": None, "docker_label": None,
     }
