@@ -44,19 +44,20 @@ def throughput(args: argparse.Namespace) -> None:
     corpus = work / "corpus.jsonl"
     write_corpus(corpus, texts)
     engine, _ = load_engine(artifact, JobSettings())
-    with Engine.load(artifact) as serving:
-        budgets = {"job's": engine.info.max_batch_tokens, "serve's": serving.info.max_batch_tokens}
+    with Engine.load(artifact) as serving:  # (budget, budget while the queue is deep)
+        budgets = {"job's": (engine.info.max_batch_tokens, engine.info.deep_batch_tokens),
+                   "serve's": (serving.info.max_batch_tokens, serving.info.deep_batch_tokens)}
     print(f"artifact {artifact} ({engine.info.target} {engine.info.precision}), {args.rows} passages, budgets: "
-          + ", ".join(f"{name} {budget} tokens" for name, budget in budgets.items()), flush=True)
+          + ", ".join(f"{name} {budget} tokens ({deep} deep)" for name, (budget, deep) in budgets.items()), flush=True)
     if budgets["serve's"] == budgets["job's"]:
         del budgets["serve's"]
-    raws = {name: RawBackend(artifact, read_manifest(artifact), Workload("corpus", [], texts, []), budget)
-            for name, budget in budgets.items()}
+    raws = {name: RawBackend(artifact, read_manifest(artifact), Workload("corpus", [], texts, []), deep)
+            for name, (_, deep) in budgets.items()}
     chunks = [EmbedRequest(texts[i: i + 16]) for i in range(0, len(texts), 16)]
     rates: dict[str, list[float]] = {f"backend alone at {n} budget": [] for n in budgets} | {"job": []} | {
         f"http x32 at {n} budget": [] for n in budgets}
     with ExitStack() as stack:
-        servers = {name: stack.enter_context(served(artifact, budget)) for name, budget in budgets.items()}
+        servers = {name: stack.enter_context(served(artifact, *pair)) for name, pair in budgets.items()}
         for server in servers.values():
             run_http(server.url, Workload("passages", chunks[:64], [], []), 32, 2.0)  # warm-up
         for round_ in range(args.rounds):

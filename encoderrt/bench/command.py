@@ -126,7 +126,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
 
     progress = _Progress(console, options.repeat * sum(map(runs_per_round, chosen)))
     with progress, contextlib.ExitStack() as stack:
-        server = (stack.enter_context(runners.served(artifact, info.max_batch_tokens))
+        server = (stack.enter_context(runners.served(artifact, info.max_batch_tokens, info.deep_batch_tokens))
                   if SERVED_MODES & set(options.modes) and not options.url else None)
         url = options.url or (server.url if server else None)
         server_cpu = server.cpu_seconds if server else None

@@ -302,15 +302,18 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @contextmanager
-def served(artifact: Path, max_batch_tokens: int, timeout: float = 120.0) -> Iterator[Server]:
-    """`encoderrt serve ARTIFACT` on a free loopback port; stopped on exit, also on failure or Ctrl-C."""
+def served(artifact: Path, max_batch_tokens: int, deep_batch_tokens: int = 0,
+           timeout: float = 120.0) -> Iterator[Server]:
+    """`encoderrt serve ARTIFACT` on a free loopback port, with the budgets given (deep: 0, the budget); stopped on
+    exit, also on failure or Ctrl-C."""
     import httpx
 
     port, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "encoderrt.cli", "serve", str(artifact), "--port", str(port),
          "--grpc-port", str(grpc_port),
-         "--max-batch-tokens", str(max_batch_tokens), "--max-queue-seconds", str(QUEUE_SECONDS)],
+         "--max-batch-tokens", str(max_batch_tokens), "--deep-batch-tokens", str(deep_batch_tokens),
+         "--max-queue-seconds", str(QUEUE_SECONDS)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -155,7 +155,7 @@ def job_engine_config(job: JobSettings, config: EngineConfig = EngineConfig()) -
     of the weights is loaded for it."""
     return replace(config, calibrate_for="throughput", max_queue_items=max(config.max_queue_items, 4 * job.shard_rows),
                    max_queue_seconds=float("inf"), max_token_embeddings=max(config.max_token_embeddings, 2**31 - 1),
-                   lone_runs=False, deep_queue_factor=1.0)
+                   lone_runs=False, deep_batch_tokens=0)
 
 
 def _shards(corpus: Corpus, position: Position, first: int, size: int, folder: OutputFolder) -> Iterator[_Shard]:

@@ -11,17 +11,13 @@ from encoderrt.runtime.settings import setting
 @dataclass(frozen=True)
 class EngineConfig:
     max_batch_tokens: int | None = setting(
-        None, "padded tokens (rows x longest row) per backend run (times --deep-queue-factor while the queue is deep)",
-        metavar="N", shown="calibrated at load")
-    deep_queue_factor: float = setting(
-        2.0, "while a batch this many times the budget is waiting, batches are cut that big (1: never)", metavar="F")
-    """The budget is calibrated for latency (the smallest near the best throughput on rows of one length), but served
-    rows differ in length, and at that budget a batch of passages holds one or two of them. Engine, closed-loop
-    clients of 16 passages, alternating rounds (2-core Sapphire Rapids), budget 512 / 1,024 / 512 with this rule:
-    bf16 all-MiniLM-L6-v2 at 8 clients 30,670 / 32,840 / 32,480 tokens/s, at 32 clients 31,560 / 34,670 / 34,690;
-    EmbeddingGemma's base-sized layout in bf16 at 8 clients 4,270 / 4,580 / 4,580. Single queries at 32 clients never
-    queue that deep: 17,430 / 17,050 / 17,790, within the rounds' spread. A fixed 2,048 emptied 8 clients' queue at
-    once and left a stream idle (0.92x 512's)."""
+        None, "padded tokens (rows x longest row) per backend run while the queue is shallow", metavar="N",
+        shown="calibrated at load")
+    deep_batch_tokens: int | None = setting(
+        None, "padded tokens per backend run while that many are waiting (0: never more than --max-batch-tokens)",
+        metavar="N", shown="twice a calibrated budget; a given --max-batch-tokens")
+    """The calibrated budget is the latency knee on rows of one length, and at it a batch of passages holds one or two
+    of them (scheduler.DEEP_QUEUE_FACTOR has the figures). A budget the user gives is theirs: it is not doubled."""
     max_wait_ms: float = setting(
         0.0, "how long a shallow queue waits for company before running a small batch (0: a free stream takes "
         "what is waiting at once, and batches grow by themselves while every stream is busy)", metavar="MS")
@@ -64,8 +60,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.max_batch_tokens is not None and self.max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be positive, got {self.max_batch_tokens}")
-        if not self.deep_queue_factor >= 1:
-            raise ValueError(f"deep_queue_factor must be at least 1, got {self.deep_queue_factor}")
+        if self.deep_batch_tokens is not None and self.deep_batch_tokens < 0:
+            raise ValueError(f"deep_batch_tokens must be 0 or more, got {self.deep_batch_tokens}")
         if self.max_queue_items < 1:
             raise ValueError(f"max_queue_items must be positive, got {self.max_queue_items}")
         if not self.max_queue_seconds > 0:

@@ -27,7 +27,7 @@ from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
 from encoderrt.runtime.requests import Completion, Truncation
-from encoderrt.runtime.scheduler import Completed, Scheduler
+from encoderrt.runtime.scheduler import DEEP_QUEUE_FACTOR, Completed, Scheduler
 from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tasks import (
     ClassifyRequest,
@@ -68,11 +68,18 @@ class EngineInfo:
     """What runs the graph: runtime, precision in force (a bf16 artifact runs f32 on a CPU without bf16), streams."""
     max_batch_tokens: int
     deep_batch_tokens: int
-    """The budget while the queue is deep (EngineConfig.deep_queue_factor): the most padded tokens a batch holds."""
+    """The budget while the queue is deep (EngineConfig.deep_batch_tokens): the most padded tokens a batch holds."""
     sessions: int
     parallel_runs: int
     """Batches in flight at once: sessions x the backend's streams."""
     calibration: tuple[tuple[int, float, float], ...] = ()
+
+
+def _deep_budget(given: int | None, budget: int, calibrated: bool, limit: int | None) -> int:
+    """EngineConfig.deep_batch_tokens resolved: as given (0: the budget), else twice a calibrated budget
+    (DEEP_QUEUE_FACTOR) and a given budget as it is; never below the budget, nor past the backend's limit."""
+    deep = budget if given == 0 else given or (budget * DEEP_QUEUE_FACTOR if calibrated else budget)
+    return max(budget, deep if limit is None else min(deep, limit))
 
 
 SMALL_REQUEST_CHARS = 2048
@@ -117,9 +124,10 @@ class Engine:
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]
         check_graph(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.output_dim, manifest.shape.vocab_size)
         budget, limit = config.max_batch_tokens, backends[0].max_batch_tokens
-        if budget is not None and limit is not None and budget > limit:
-            raise ValueError(f"max_batch_tokens {budget} is more than this engine was built for ({limit}); "
-                             f"choose at most {limit}, or recompile with --max-batch-tokens {budget}")
+        for name, given in (("max_batch_tokens", budget), ("deep_batch_tokens", config.deep_batch_tokens)):
+            if given and limit is not None and given > limit:
+                raise ValueError(f"{name} {given} is more than this engine was built for ({limit}); "
+                                 f"choose at most {limit}, or recompile with --max-batch-tokens {given}")
         if budget is None:
             calibration = calibrate(backends[0], self._tokenizer.pad, manifest.max_length, manifest.shape.vocab_size,
                                     config.calibration_latency_ms, config.calibrate_for)
@@ -130,8 +138,7 @@ class Engine:
         workers = sum(b.parallel_runs for b in backends)
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         small_alone_from = small_work_alone_from(backends[0], self._tokenizer.pad, manifest.shape.vocab_size)
-        deep_budget = max(budget, int(budget * config.deep_queue_factor))
-        deep_budget = deep_budget if limit is None else min(deep_budget, limit)
+        deep_budget = _deep_budget(config.deep_batch_tokens, budget, config.max_batch_tokens is None, limit)
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats,
                                     small_alone_from, deep_budget)
         name = str(manifest.source.get("name") or artifact_dir.name)

@@ -228,7 +228,7 @@ def test_large_request_is_split_and_reassembled(tiny_artifacts):
     words = CORPUS_WORDS
     texts = [" ".join(words[(i + k) % len(words)] for k in range(1 + i % 40)) for i in range(120)]
     assert len(set(texts)) == 120
-    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=128, deep_queue_factor=1) as engine:
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=128) as engine:
         together = engine.embed(texts)
         stats = engine.stats.snapshot()
         one_by_one = np.concatenate([engine.embed([t]) for t in texts])
@@ -238,29 +238,44 @@ def test_large_request_is_split_and_reassembled(tiny_artifacts):
 
 
 def test_a_deep_queue_is_cut_in_bigger_batches_and_a_shallow_one_at_the_budget(controlled, tiny_artifacts):
-    """While a batch at the deep budget (twice the budget by default) is waiting, batches are cut at it; once fewer
-    tokens wait, at the budget again. A hand count of padded tokens (rows x longest) per run."""
+    """While a batch at the deep budget is waiting, batches are cut at it; once fewer tokens wait, at the budget
+    again. A hand count of padded tokens (rows x longest) per run."""
     from tiny_models import CORPUS_WORDS
 
     words = CORPUS_WORDS
     texts = [" ".join(words[(i + k) % len(words)] for k in range(1 + i % 12)) for i in range(120)]
     shallow = texts[4:8]  # 4 rows of 7-10 tokens: more than one 32-token batch holds, less than a deep one
     vectors = {}
-    for factor in (2, 1):
-        with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=32, deep_queue_factor=factor) as engine:
-            assert engine.info.max_batch_tokens == 32 and engine.info.deep_batch_tokens == 32 * factor
+    for deep in (64, 0):
+        with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=32, deep_batch_tokens=deep) as engine:
+            assert engine.info.max_batch_tokens == 32 and engine.info.deep_batch_tokens == (deep or 32)
             assert engine.info.parallel_runs == 1  # ControlledBackend: one stream, one batch at a time
             controlled[-1].batches.clear()
-            vectors[factor] = engine.embed(texts)
+            vectors[deep] = engine.embed(texts)
             deep_runs = [rows * width for rows, width in controlled[-1].batches]
             controlled[-1].batches.clear()
             engine.embed(shallow)
             shallow_runs = [rows * width for rows, width in controlled[-1].batches]
-        assert max(deep_runs) <= 32 * factor and max(shallow_runs) <= 32 and len(shallow_runs) >= 2
-        if factor == 2:
+        assert max(deep_runs) <= (deep or 32) and max(shallow_runs) <= 32 and len(shallow_runs) >= 2
+        if deep:
             assert sum(padded > 32 for padded in deep_runs) >= len(deep_runs) // 2
             assert deep_runs[-1] <= 32  # the queue's tail, shallow again
-    np.testing.assert_allclose(vectors[2], vectors[1], atol=1e-5)
+    np.testing.assert_allclose(vectors[64], vectors[0], atol=1e-5)
+
+
+def test_a_calibrated_budget_is_doubled_for_a_deep_queue_and_a_given_one_kept(tiny_artifacts):
+    """The deep budget: twice a calibrated budget (scheduler.DEEP_QUEUE_FACTOR); a budget the user gives is theirs;
+    neither past what the engine was built for."""
+    from encoderrt.runtime.engine import _deep_budget
+
+    with Engine.load(tiny_artifacts["st-cls"]) as calibrated, Engine.load(tiny_artifacts["st-cls"],
+                                                                            max_batch_tokens=96) as given:
+        assert calibrated.info.deep_batch_tokens == 2 * calibrated.info.max_batch_tokens
+        assert given.info.deep_batch_tokens == given.info.max_batch_tokens == 96
+    assert _deep_budget(None, 512, True, 768) == 768 and _deep_budget(0, 512, True, None) == 512
+    assert _deep_budget(100, 512, False, None) == 512  # never below the budget
+    with pytest.raises(ValueError, match="deep_batch_tokens must be 0 or more"):
+        Engine.load(tiny_artifacts["st-cls"], deep_batch_tokens=-1)
 
 
 def test_padding_efficiency_on_a_length_mix(tiny_artifacts):
