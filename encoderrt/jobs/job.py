@@ -151,7 +151,7 @@ def open_job(inputs: list[str | Path], output: str | Path, kind: Output, model: 
 def job_engine_config(job: JobSettings, config: EngineConfig = EngineConfig()) -> EngineConfig:
     """A job queues two shards at once and waits as long as they take: no admission limit refuses them, a
     multi-vector shard returns every token's vector, its batches are as big as throughput allows (calibrated so, and
-    not doubled again for the deep queue), and none runs alone while the queue is that deep, so no every-core copy
+    not grown again for the deep queue), and none runs alone while the queue is that deep, so no every-core copy
     of the weights is loaded for it."""
     return replace(config, calibrate_for="throughput", max_queue_items=max(config.max_queue_items, 4 * job.shard_rows),
                    max_queue_seconds=float("inf"), max_token_embeddings=max(config.max_token_embeddings, 2**31 - 1),

@@ -15,9 +15,9 @@ class EngineConfig:
         shown="calibrated at load")
     deep_batch_tokens: int | None = setting(
         None, "padded tokens per backend run while that many are waiting (0: never more than --max-batch-tokens)",
-        metavar="N", shown="twice a calibrated budget; a given --max-batch-tokens")
+        metavar="N", shown="1024 over a calibrated budget; a given --max-batch-tokens")
     """The calibrated budget is the latency knee on rows of one length, and at it a batch of passages holds one or two
-    of them (scheduler.DEEP_QUEUE_FACTOR has the figures). A budget the user gives is theirs: it is not doubled."""
+    of them (scheduler.DEEP_BATCH_TOKENS has the figures). A budget the user gives is theirs: it is kept."""
     max_wait_ms: float = setting(
         0.0, "how long a shallow queue waits for company before running a small batch (0: a free stream takes "
         "what is waiting at once, and batches grow by themselves while every stream is busy)", metavar="MS")

@@ -27,7 +27,7 @@ from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
 from encoderrt.runtime.requests import Completion, Truncation
-from encoderrt.runtime.scheduler import DEEP_QUEUE_FACTOR, Completed, Scheduler
+from encoderrt.runtime.scheduler import DEEP_BATCH_TOKENS, Completed, Scheduler
 from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tasks import (
     ClassifyRequest,
@@ -76,9 +76,9 @@ class EngineInfo:
 
 
 def _deep_budget(given: int | None, budget: int, calibrated: bool, limit: int | None) -> int:
-    """EngineConfig.deep_batch_tokens resolved: as given (0: the budget), else twice a calibrated budget
-    (DEEP_QUEUE_FACTOR) and a given budget as it is; never below the budget, nor past the backend's limit."""
-    deep = budget if given == 0 else given or (budget * DEEP_QUEUE_FACTOR if calibrated else budget)
+    """EngineConfig.deep_batch_tokens resolved: as given (0: the budget), else DEEP_BATCH_TOKENS for a calibrated
+    budget and a given budget as it is; never below the budget, nor past the backend's limit."""
+    deep = budget if given == 0 else given or (DEEP_BATCH_TOKENS if calibrated else budget)
     return max(budget, deep if limit is None else min(deep, limit))
 
 

@@ -37,14 +37,15 @@ from encoderrt.runtime.waiting import WaitingRow, WaitingRows
 
 log = logging.getLogger("encoderrt.runtime")
 
-DEEP_QUEUE_FACTOR = 2
-"""A calibrated budget is doubled while a batch that big is waiting (EngineConfig.deep_batch_tokens). Engine,
-closed-loop clients of 16 passages, alternating rounds (2-core Sapphire Rapids), budget 512 / fixed 1,024 / 512 with
-this rule: bf16 all-MiniLM-L6-v2 at 8 clients 30,670 / 32,840 / 32,480 tokens/s, at 32 clients 31,560 / 34,670 /
-34,690; EmbeddingGemma's base-sized layout in bf16 at 8 clients 4,270 / 4,580 / 4,580. Single queries at 32 clients
-never queue that deep: 17,430 / 17,050 / 17,790, within the rounds' spread. Bigger budgets lose: a fixed 2,048 was
-0.92x 512's at 8 clients (it took 8 clients' queue in one cut and left a stream idle), and 2,048 doubled to 4,096
-0.93x 2,048's at 32 clients."""
+DEEP_BATCH_TOKENS = 1024
+"""While this many padded tokens are waiting, a calibrated budget below it gives way to batches this big
+(EngineConfig.deep_batch_tokens). Engine, closed-loop clients of 16 passages, alternating rounds (2-core Sapphire
+Rapids), budget 512 / fixed 1,024 / 512 with this rule: bf16 all-MiniLM-L6-v2 at 8 clients 30,670 / 32,840 / 32,480
+tokens/s, at 32 clients 31,560 / 34,670 / 34,690; EmbeddingGemma's base-sized layout in bf16 at 8 clients 4,270 /
+4,580 / 4,580. Single queries at 32 clients never queue that deep: 17,430 / 17,050 / 17,790, within the rounds'
+spread. Bigger batches lose, whatever the budget: a fixed 2,048 was 0.92x 512's at 8 clients (it took 8 clients'
+queue in one cut and left a stream idle), a calibrated 1,024 doubled to 2,048 gave CI's 8-client check 4.1x against
+4.6x, and 2,048 doubled to 4,096 was 0.93x 2,048's at 32 clients."""
 SMALL_WORK_TOKENS = 256
 """A batch of at most this many padded tokens that is the only work runs alone even under load, at the sizes where
 running it on every core pays (measured at load: calibration.LONE_SPEEDUP_WORTH): split across single-threaded

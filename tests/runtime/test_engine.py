@@ -263,16 +263,17 @@ def test_a_deep_queue_is_cut_in_bigger_batches_and_a_shallow_one_at_the_budget(c
     np.testing.assert_allclose(vectors[64], vectors[0], atol=1e-5)
 
 
-def test_a_calibrated_budget_is_doubled_for_a_deep_queue_and_a_given_one_kept(tiny_artifacts):
-    """The deep budget: twice a calibrated budget (scheduler.DEEP_QUEUE_FACTOR); a budget the user gives is theirs;
-    neither past what the engine was built for."""
+def test_a_deep_queue_takes_1024_tokens_over_a_calibrated_budget_and_a_given_one_is_kept(tiny_artifacts):
+    """The deep budget: 1,024 tokens over a calibrated budget below it (scheduler.DEEP_BATCH_TOKENS), a calibrated
+    budget above it as it is; a budget the user gives is theirs; none past what the engine was built for."""
     from encoderrt.runtime.engine import _deep_budget
 
     with Engine.load(tiny_artifacts["st-cls"]) as calibrated, Engine.load(tiny_artifacts["st-cls"],
                                                                             max_batch_tokens=96) as given:
-        assert calibrated.info.deep_batch_tokens == 2 * calibrated.info.max_batch_tokens
+        assert calibrated.info.deep_batch_tokens == max(1024, calibrated.info.max_batch_tokens)
         assert given.info.deep_batch_tokens == given.info.max_batch_tokens == 96
     assert _deep_budget(None, 512, True, 768) == 768 and _deep_budget(0, 512, True, None) == 512
+    assert _deep_budget(None, 256, True, None) == 1024 and _deep_budget(None, 2048, True, None) == 2048
     assert _deep_budget(100, 512, False, None) == 512  # never below the budget
     with pytest.raises(ValueError, match="deep_batch_tokens must be 0 or more"):
         Engine.load(tiny_artifacts["st-cls"], deep_batch_tokens=-1)
