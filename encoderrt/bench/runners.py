@@ -355,7 +355,8 @@ class RawBackend:
         else:
             rows = tokenizer.encode(workload.reference_texts)
         self.backend = load_backend(manifest, artifact, STREAMS_ONLY)
-        self.batches = length_sorted_batches(rows, tokenizer.pad, max_batch_tokens)
+        self.batches = length_sorted_batches(rows, tokenizer.pad, max_batch_tokens,
+                                             self.backend.capabilities.width_multiple)
         self.tokens = real_tokens(self.batches)
         self._pass_seconds = pass_seconds(self.backend, self.batches)  # warm-up: the first run of each shape allocates
 

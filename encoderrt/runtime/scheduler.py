@@ -146,7 +146,7 @@ class Scheduler:
         self._max_wait = max_wait_ms / 1000
         self.admission = admission
         self._stats = stats
-        self._rows = WaitingRows()
+        self._rows = WaitingRows(max(backend.capabilities.width_multiple for backend in backends))
         self._pending_items = 0
         self._cond = threading.Condition()
         self._closed = False

@@ -17,22 +17,23 @@ from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.tokenizer import Tokens
 
 
-def token_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Batch]:
-    """The rows in their order cut into consecutive batches of at most `budget` padded tokens (a row longer than
-    the budget alone)."""
-    batches, start, longest = [], 0, 0
+def token_batches(rows: Sequence[Tokens], pad: Padder, budget: int, width_multiple: int = 1) -> list[Batch]:
+    """The rows in their order cut into consecutive batches of at most `budget` padded tokens, a batch's width
+    counted up to a multiple of `width_multiple` (a row longer than the budget alone)."""
+    batches, start, widest = [], 0, 0
     for end, row in enumerate(rows):
-        longest = max(longest, len(row.ids))
-        if end > start and (end + 1 - start) * longest > budget:
+        width = -(-len(row.ids) // width_multiple) * width_multiple
+        widest = max(widest, width)
+        if end > start and (end + 1 - start) * widest > budget:
             batches.append(Batch(rows[start:end], pad))
-            start, longest = end, len(row.ids)
+            start, widest = end, width
     return batches + [Batch(rows[start:], pad)] if rows else []
 
 
-def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int) -> list[Batch]:
+def length_sorted_batches(rows: Sequence[Tokens], pad: Padder, budget: int, width_multiple: int = 1) -> list[Batch]:
     """The rows sorted by length and cut into batches of at most `budget` padded tokens, as the scheduler
     forms them from a deep queue (each batch made ready in its backend's layout before any timing)."""
-    return token_batches(sorted(rows, key=lambda r: len(r.ids)), pad, budget)
+    return token_batches(sorted(rows, key=lambda r: len(r.ids)), pad, budget, width_multiple)
 
 
 def real_tokens(batches: Sequence[Batch]) -> int:

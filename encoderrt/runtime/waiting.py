@@ -7,6 +7,10 @@ so jobs had to feed the queue a few requests at a time, and the shallow queue cu
 in length (padding efficiency 0.976 against 0.998 for the same rows sorted whole). Here rows wait in a bucket
 per length, in arrival order, so the cut walks the distinct lengths (at most the model's limit) and takes a
 prefix or a suffix of each bucket it spans: the same batches, whatever the depth.
+
+A row counts at the width its backend pads it to (Capabilities.width_multiple): the budget holds for the batch the
+backend runs, and the full batches of one width share one shape, which OpenVINO prepares its nodes for once rather
+than on every change (runtime/backends/openvino.py, WIDTH_BUCKET).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ class WaitingRow:
 class WaitingRows:
     """Identical rows once (by key), the oldest first, and each length's rows in arrival order."""
 
-    def __init__(self) -> None:
+    def __init__(self, width_multiple: int = 1) -> None:
+        """`width_multiple`: a batch's width is padded up to a multiple of this before it runs."""
+        self._width_multiple = width_multiple
         self._by_key: dict[Hashable, WaitingRow] = {}  # arrival order
         self._by_length: dict[int, deque[WaitingRow]] = {}
         self._lengths: list[int] = []  # the lengths that have rows, ascending
@@ -69,14 +75,15 @@ class WaitingRows:
 
     def take(self, budget: int) -> list[WaitingRow]:
         """Remove and return the run holding the oldest row, shortest first: rows are added to a run while the run's
-        rows x its longest row stay within `budget` (a row longer than the budget runs on its own)."""
+        rows x its longest row's padded width stay within `budget` (a row longer than the budget runs on its own)."""
         target = len(self.oldest().tokens.ids)  # the oldest row leads its bucket: a bucket is in arrival order
         run: list[tuple[int, int, int]] = []  # (length, first index in its bucket, rows)
         rows, holds_oldest = 0, False
         for length in self._lengths:
             size, offset = len(self._by_length[length]), 0
+            width = -(-length // self._width_multiple) * self._width_multiple
             while offset < size:
-                room = budget // length - rows if rows else max(1, budget // length)
+                room = budget // width - rows if rows else max(1, budget // width)
                 if room <= 0:  # the run is full
                     if holds_oldest:
                         return self._remove(run)

@@ -192,7 +192,34 @@ def test_feeds_are_padded_to_a_multiple_of_16_tokens_and_answer_as_sentence_tran
     vectors = first_output(backend, Batch(rows, tokenizer.pad))
     ids, mask = fed[0]["input_ids"], fed[0]["attention_mask"]
     assert ids.shape == mask.shape == (3, -(-width // 16) * 16)
+    assert backend.capabilities.width_multiple == 16  # what the scheduler counts rows at
     assert (ids[:, width:] == manifest.pad_token_id).all() and not mask[:, width:].any()
+    reference = SentenceTransformer(str(tiny_models["st-cls"]), device="cpu").encode(texts)
+    cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.99999
+
+
+def test_the_engine_cuts_batches_at_the_width_openvino_runs_them(tiny_models, compile_artifact, tmp_path, monkeypatch):
+    """Rows of 17-30 tokens run 32 wide: a 256-token budget holds 8 of them, every batch fed to OpenVINO stays
+    within the budget, and the full batches share one shape (OpenVINO prepares its nodes on every change of shape).
+    Counted at their own lengths, 15 rows of 17 tokens would be fed as 15 x 32."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt import Engine
+    from encoderrt.runtime.backends.openvino import OpenVinoBackend
+
+    artifact = compile_artifact(tiny_models["st-cls"], tmp_path / "ov", target="openvino", precision="fp32").path
+    texts = [" ".join("a" * words) for words in range(15, 29)] * 3  # [CLS] + words + [SEP]: 17-30 tokens
+    shapes = []
+    infer = OpenVinoBackend._infer
+    monkeypatch.setattr(OpenVinoBackend, "_infer", lambda self, feeds, outputs, requests: shapes.append(
+        feeds["input_ids"].shape) or infer(self, feeds, outputs, requests))
+    with Engine.load(artifact, max_batch_tokens=256, deep_batch_tokens=0, lone_runs=False) as engine:
+        shapes.clear()  # the load's own runs
+        vectors = engine.embed(texts)
+    assert sum(rows for rows, _ in shapes) == len(set(texts))  # identical texts run once
+    assert all(rows * width <= 256 for rows, width in shapes), shapes
+    assert sorted(shapes)[-1] == (8, 32) and sorted(shapes).count((8, 32)) == len(shapes) - 1, shapes
     reference = SentenceTransformer(str(tiny_models["st-cls"]), device="cpu").encode(texts)
     cosine = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
     assert cosine.min() >= 0.99999

@@ -55,6 +55,9 @@ class Capabilities:
     between them (OpenVINO's streams): the scheduler marks a batch so only when it is the only work."""
     packed_input: bool = False
     """Runs `Batch.packed()`: its graph's attention takes packed sequences, so no work is spent on padding."""
+    width_multiple: int = 1
+    """Pads a batch's width up to a multiple of this (OpenVINO's WIDTH_BUCKET): the scheduler counts rows at that
+    width when it cuts batches (runtime/waiting.py)."""
 
 
 class Batch:

@@ -149,7 +149,12 @@ WIDTH_BUCKET = 16
 each input shape it has not just run, about 0.8 ms on a short query, so lone queries of 4-16 tokens took 2.3 ms a
 query on the padded graph and 1.5 ms padded to 16 (bf16 all-MiniLM-L6-v2, 2-core Sapphire Rapids; padded to 32,
 1.8). The padding is the batch's own kind (mask 0), so the answers are those of a batch with a longer row; an
-unpadded graph (compile/unpad.py) spends no GEMM work on it, and groups its real rows likewise."""
+unpadded graph (compile/unpad.py) spends no GEMM work on it, and groups its real rows likewise.
+
+The scheduler counts rows at this width when it cuts batches (Capabilities.width_multiple), so the full batches of
+one width share a shape: a bulk job at 1,024 tokens changed shape on 340 of 1,411 runs instead of 844 of 1,271,
+and ran 39,430 tokens/s against 37,140 (20,000 passages, medians of 3 alternating rounds in one process); served
+passages gained 2.2% at 8 clients and 1.2% at 32 (engine, 5 rounds), single queries moved within noise (0.993x)."""
 
 
 def _bucketed(feeds: dict[str, np.ndarray], pad_token_id: int) -> dict[str, np.ndarray]:
@@ -189,7 +194,8 @@ class OpenVinoBackend:
         warm_up = _warm_up_feeds(compiled)
         self._idle = _warmed_requests(compiled, self.parallel_runs, warm_up)
         self._alone = _warmed_requests(alone, 1, warm_up) if alone is not None else None
-        self.capabilities = Capabilities(runs_alone=alone is not None)
+        self.capabilities = Capabilities(runs_alone=alone is not None,
+                                         width_multiple=WIDTH_BUCKET if IDS_INPUT in input_names else 1)
 
     def run(self, batch: Batch) -> Outputs:
         requests = self._alone if batch.alone and self._alone is not None else self._idle
