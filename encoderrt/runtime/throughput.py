@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 
 from encoderrt.runtime.backends import Backend
-from encoderrt.runtime.backends.base import Batch, Padder
+from encoderrt.runtime.backends.base import Batch, Padder, padded_width
 from encoderrt.runtime.tokenizer import Tokens
 
 
@@ -22,7 +22,7 @@ def token_batches(rows: Sequence[Tokens], pad: Padder, budget: int, width_multip
     counted up to a multiple of `width_multiple` (a row longer than the budget alone)."""
     batches, start, widest = [], 0, 0
     for end, row in enumerate(rows):
-        width = -(-len(row.ids) // width_multiple) * width_multiple
+        width = padded_width(len(row.ids), width_multiple)
         widest = max(widest, width)
         if end > start and (end + 1 - start) * widest > budget:
             batches.append(Batch(rows[start:end], pad))

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Hashable
 
+from encoderrt.runtime.backends.base import padded_width
 from encoderrt.runtime.tokenizer import Tokens
 
 
@@ -81,7 +82,7 @@ class WaitingRows:
         rows, holds_oldest = 0, False
         for length in self._lengths:
             size, offset = len(self._by_length[length]), 0
-            width = -(-length // self._width_multiple) * self._width_multiple
+            width = padded_width(length, self._width_multiple)
             while offset < size:
                 room = budget // width - rows if rows else max(1, budget // width)
                 if room <= 0:  # the run is full

@@ -60,6 +60,11 @@ class Capabilities:
     width when it cuts batches (runtime/waiting.py)."""
 
 
+def padded_width(length: int, multiple: int) -> int:
+    """`length` up to a multiple of `multiple`: the width a backend with that `Capabilities.width_multiple` runs."""
+    return -(-length // multiple) * multiple
+
+
 class Batch:
     """One backend run over token rows; each layout is made on first use and kept."""
 

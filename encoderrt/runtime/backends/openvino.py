@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from encoderrt.runtime.backends.base import BackendOptions, BackendUnavailable, Batch, Capabilities, Outputs
+from encoderrt.runtime.backends.base import (
+    BackendOptions,
+    BackendUnavailable,
+    Batch,
+    Capabilities,
+    Outputs,
+    padded_width,
+)
 from encoderrt.runtime.manifest import Manifest
 
 TARGET = "openvino"
@@ -158,7 +165,10 @@ passages gained 2.2% at 8 clients and 1.2% at 32 (engine, 5 rounds), single quer
 
 
 def _bucketed(feeds: dict[str, np.ndarray], pad_token_id: int) -> dict[str, np.ndarray]:
-    extra = -feeds[IDS_INPUT].shape[1] % WIDTH_BUCKET if IDS_INPUT in feeds else 0  # a token graph's feeds only
+    if IDS_INPUT not in feeds:  # a token graph's feeds only
+        return feeds
+    width = feeds[IDS_INPUT].shape[1]
+    extra = padded_width(width, WIDTH_BUCKET) - width
     if not extra:
         return feeds
     return {name: _widened(value, extra, pad_token_id if name == IDS_INPUT else 0) if value.ndim == 2 else value
