@@ -227,7 +227,7 @@ class Engine:
             planned = await loop.run_in_executor(None, plan, self._model, request)
         tokenized = time.perf_counter()
         # cancelling the awaiting task cancels the Future, and the scheduler drops its rows
-        completed = await asyncio.wrap_future(self._scheduler.submit(planned.rows, planned.outputs))
+        completed = await self._scheduler.submit_on_loop(planned.rows, planned.outputs, loop)
         if planned.blocking_finish:
             return await loop.run_in_executor(None, self._complete, planned, completed, tokenized - start)
         return self._complete(planned, completed, tokenized - start)
@@ -235,6 +235,8 @@ class Engine:
     def _complete(self, planned: Plan, completed: Completed, tokenize_seconds: float) -> Completion:
         if planned.outputs:
             outputs: Any = completed.outputs
+        elif len(completed.outputs) == 1:  # np.stack's checks cost more than the copy of one row
+            outputs = completed.outputs[0][np.newaxis].copy()
         elif completed.outputs:
             outputs = np.stack(completed.outputs)
         else:

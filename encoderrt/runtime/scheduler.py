@@ -16,6 +16,7 @@ runtime/admission.py's call (items waiting, and seconds of work at the measured 
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import threading
@@ -77,14 +78,16 @@ class Completed:
 
 
 class _Ticket:
-    """One submission: its result slots and the Future its caller waits on."""
+    """One submission: its result slots and the Future its caller waits on (an asyncio one where the caller
+    awaits on a loop: `Scheduler.submit`'s `loop`)."""
 
-    __slots__ = ("future", "outputs", "remaining", "submitted", "started", "lock", "named")
+    __slots__ = ("future", "loop", "outputs", "remaining", "submitted", "started", "lock", "named")
 
-    def __init__(self, size: int, named: tuple[str, ...] = ()):
+    def __init__(self, size: int, named: tuple[str, ...] = (), loop: asyncio.AbstractEventLoop | None = None):
         self.named = named
         """The graph outputs it wants by name, instead of the first one."""
-        self.future: Future[Completed] = Future()
+        self.loop = loop
+        self.future: Future[Completed] | asyncio.Future[Completed] = loop.create_future() if loop else Future()
         self.outputs: list[np.ndarray | dict[str, np.ndarray] | None] = [None] * size
         self.remaining = size
         self.submitted = time.perf_counter()
@@ -99,17 +102,31 @@ class _Ticket:
                 return
         now = time.perf_counter()
         started = self.started if self.started is not None else now
-        _settle(self.future, result=Completed(self.outputs, started - self.submitted, now - started))  # type: ignore[arg-type]
+        self.settle(result=Completed(self.outputs, started - self.submitted, now - started))  # type: ignore[arg-type]
+
+    def settle(self, result: Completed | None = None, error: BaseException | None = None) -> None:
+        """Complete the Future unless its caller already cancelled it; from any thread (an asyncio Future is
+        completed on its loop)."""
+        if self.loop is None:
+            _settle(self.future, result, error)
+            return
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
+            pass
 
 
-def _settle(future: Future, result: Completed | None = None, error: BaseException | None = None) -> None:
+def _settle(future: Future | asyncio.Future, result: Completed | None = None,
+            error: BaseException | None = None) -> None:
     """Complete a Future unless its caller already cancelled it."""
+    if future.done():  # cancelled: an asyncio Future would raise its own InvalidStateError
+        return
     try:
         if error is not None:
             future.set_exception(error)
         else:
             future.set_result(result)
-    except InvalidStateError:
+    except InvalidStateError:  # cancelled in between, from another thread
         pass
 
 
@@ -172,7 +189,16 @@ class Scheduler:
 
     def submit(self, rows: Sequence[Tokens], outputs: tuple[str, ...] = ()) -> Future[Completed]:
         """`outputs`: deliver each row's outputs of these names, instead of its row of the graph's first output."""
-        ticket = _Ticket(len(rows), outputs)
+        return self._enqueue(_Ticket(len(rows), outputs), rows)  # type: ignore[return-value]
+
+    def submit_on_loop(self, rows: Sequence[Tokens], outputs: tuple[str, ...],
+                       loop: asyncio.AbstractEventLoop) -> asyncio.Future[Completed]:
+        """`submit` for a caller that awaits the answer on `loop` (called on it): the Future is the loop's own,
+        completed on it, which costs a one-query request a quarter of what asyncio.wrap_future's chaining of two
+        Futures does. Cancelling it drops the rows, as cancelling `submit`'s does."""
+        return self._enqueue(_Ticket(len(rows), outputs, loop), rows)  # type: ignore[return-value]
+
+    def _enqueue(self, ticket: _Ticket, rows: Sequence[Tokens]) -> Future[Completed] | asyncio.Future[Completed]:
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
@@ -214,7 +240,7 @@ class Scheduler:
             self._cond.notify_all()
         for row in waiting:
             for ticket, _ in row.consumers:
-                _settle(ticket.future, error=EngineClosed("the engine was closed before this request ran"))
+                ticket.settle(error=EngineClosed("the engine was closed before this request ran"))
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
@@ -307,7 +333,7 @@ class Scheduler:
             error.__cause__ = exc  # Python callers still see the backend's error
             for row in rows:
                 for ticket, _ in row.consumers:
-                    _settle(ticket.future, error=error)
+                    ticket.settle(error=error)
             return self._submissions
         ended = self._submissions
         real_tokens = batch.real_tokens

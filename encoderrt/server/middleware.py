@@ -21,7 +21,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from encoderrt.server.connections import CLIENT_GONE, ClientGone
+from encoderrt.server.connections import BODY_IN, CLIENT_GONE, ClientGone
 from encoderrt.server.direct_routes import DirectRoutes
 from encoderrt.server.errors import INTERNAL_ERROR, error_response
 from encoderrt.server.metrics import Metrics
@@ -87,10 +87,10 @@ class ServerMiddleware:
                     route = self.direct.route_for(scope) if self.direct is not None else None
                     if route is not None:
                         app = functools.partial(self.direct.run, route)  # type: ignore[union-attr]
-                    if await _cancelled_on_disconnect(app, scope, self._limited(receive), send_with_id):
+                    if await _cancelled_on_disconnect(app, scope, self._limited(scope, receive), send_with_id):
                         status_holder["status"] = CLIENT_CLOSED
                 else:
-                    await self.app(scope, self._limited(receive), send_with_id)
+                    await self.app(scope, self._limited(scope, receive), send_with_id)
             except asyncio.CancelledError:  # uvicorn's shutdown timeout ran out with this request in flight
                 if status_holder.get("started"):
                     raise
@@ -117,9 +117,10 @@ class ServerMiddleware:
             return error_response(413, f"request body of {length} bytes is above the limit of {self.max_body_bytes} bytes")
         return None
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, scope: Scope, receive: Receive) -> Receive:
         """Count streamed (chunked) bodies too, and time them: past the size limit the route sees a 413, past the
-        read timeout (a body trickled in to hold the connection) a 408. Once the body is in, receive is untimed."""
+        read timeout (a body trickled in to hold the connection) a 408. Once the body is in (read, or all arrived:
+        connections.BODY_IN), receive is untimed."""
         received = 0
         deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         body_done = False
@@ -129,8 +130,11 @@ class ServerMiddleware:
             if body_done:
                 return await receive()
             try:
-                async with asyncio.timeout_at(deadline):  # a timer, not wait_for's task a message
+                if scope.get(BODY_IN):  # nothing left to wait for
                     message = await receive()
+                else:
+                    async with asyncio.timeout_at(deadline):  # a timer, not wait_for's task a message
+                        message = await receive()
             except TimeoutError:
                 # HTTPExceptions, since FastAPI turns anything else raised while reading the body into a 400
                 raise HTTPException(408, f"the request body did not arrive within {self.body_timeout_s:g} s "

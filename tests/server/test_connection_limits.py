@@ -10,6 +10,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.server import ServerSettings, create_app
+from encoderrt.server.connections import BODY_IN
 from encoderrt.server.settings import ConnectionLimits
 from server_helpers import ready_registry, running_server
 
@@ -148,3 +149,34 @@ def test_refusals_below_the_app_are_counted_in_metrics(limited):
         sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
         assert _parse(_read_all(sock))[0] == 400
     assert {status: _refused(url, status) - before[status] for status in before} == {400: 1, 431: 1}
+
+
+def test_the_protocol_says_when_a_body_has_all_arrived_request_by_request():
+    """The middleware reads a body untimed only once the protocol says it is all in (BODY_IN): a request sent whole
+    has it from the start; one whose body trickles in has it only once the last byte came, and a keep-alive
+    connection's next request starts without the last one's."""
+    seen = []
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        at_start = bool(scope.get(BODY_IN))
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+        seen.append((at_start, bool(scope.get(BODY_IN)), body))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with running_server(app, ServerSettings(connections=LIMITS)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with _connect((host, int(port))) as sock:
+            whole, trickled = _post(b'{"a": 1}', "/x"), _post(b'{"b": ' + b"2" * 50 + b"}", "/y")
+            sock.sendall(whole)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            sock.sendall(trickled[:-10])  # the head and part of the body: the app starts before the rest
+            time.sleep(0.3)
+            sock.sendall(trickled[-10:])
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    assert seen == [(True, True, b'{"a": 1}'), (False, True, b'{"b": ' + b"2" * 50 + b"}")]
