@@ -78,8 +78,8 @@ class Completed:
 
 
 class _Ticket:
-    """One submission: its result slots and the Future its caller waits on (an asyncio one where the caller
-    awaits on a loop: `Scheduler.submit`'s `loop`)."""
+    """One submission: its result slots and the Future its caller waits on (the loop's own, where the caller awaits
+    it on a loop: `Scheduler.submit_on_loop`)."""
 
     __slots__ = ("future", "loop", "outputs", "remaining", "submitted", "started", "lock", "named")
 
@@ -194,8 +194,9 @@ class Scheduler:
     def submit_on_loop(self, rows: Sequence[Tokens], outputs: tuple[str, ...],
                        loop: asyncio.AbstractEventLoop) -> asyncio.Future[Completed]:
         """`submit` for a caller that awaits the answer on `loop` (called on it): the Future is the loop's own,
-        completed on it, which costs a one-query request a quarter of what asyncio.wrap_future's chaining of two
-        Futures does. Cancelling it drops the rows, as cancelling `submit`'s does."""
+        completed on it, with no concurrent Future chained to it (asyncio.wrap_future: 9 us of a request's CPU, 38
+        against 29 us for the hand-off to a thread and back). Cancelling it drops the rows, as cancelling
+        `submit`'s does."""
         return self._enqueue(_Ticket(len(rows), outputs, loop), rows)  # type: ignore[return-value]
 
     def _enqueue(self, ticket: _Ticket, rows: Sequence[Tokens]) -> Future[Completed] | asyncio.Future[Completed]:
