@@ -122,13 +122,14 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
     for item in declared(cls):
         if only is not None and item.name not in only:
             continue
+        help_text = item.help.replace("%", "%%")  # argparse formats every help text with %
         options: dict[str, Any] = {"dest": item.name,
-                                   "help": f"{item.help} (default: {item.shown_default()}; env {item.env})"}
+                                   "help": f"{help_text} (default: {item.shown_default()}; env {item.env})"}
         text = environ.get(item.env)
         if item.per_model:
             options.update(action=_PerModel, default=[] if text is None else text.split(","),
                            metavar=item.metavar or "VALUE",
-                           help=f"{item.help}; once per MODEL, in order (env {item.env}, comma-separated)")
+                           help=f"{help_text}; once per MODEL, in order (env {item.env}, comma-separated)")
         elif item.scalar is bool:
             options.update(action=argparse.BooleanOptionalAction,
                            default=item.default if text is None else _truth(item, text))
