@@ -57,6 +57,17 @@ class Measurement:
         return statistics.median(figures) if figures else None
 
 
+    def bench_cpu_ms_per_request(self) -> float | None:
+        """The median over rounds of the bench process's CPU per request (RunResult.bench_cpu_s)."""
+        figures = [r.bench_cpu_ms_per_request for r in self.runs if r.bench_cpu_ms_per_request is not None]
+        return statistics.median(figures) if figures else None
+
+    def cores_busy(self) -> float | None:
+        """The median over rounds of the bench process's CPU seconds per second: cores kept busy."""
+        figures = [r.bench_cpu_s / r.seconds for r in self.runs if r.bench_cpu_s is not None and r.seconds]
+        return statistics.median(figures) if figures else None
+
+
 @dataclass
 class Report:
     model: dict[str, Any]
@@ -97,6 +108,7 @@ class Report:
             "p99_ms": percentile_ms(run.latencies, 99), "padding_efficiency": run.padding_efficiency,
             "requests": run.requests, "server_cpu_ms_per_request": m.server_cpu_ms_per_request("process"),
             "server_loop_cpu_ms_per_request": m.server_cpu_ms_per_request("loop"),
+            "bench_cpu_ms_per_request": m.bench_cpu_ms_per_request(), "client_bound": self.client_bound(m),
             "ratio_to_reference": vs.get("torch"),
             "ratios_to_references": vs,
             "ratio_to_engine": _median_ratio(m.rates, engine.rates) if engine and m.mode != "engine" else None,
@@ -115,6 +127,18 @@ class Report:
         batched = next((b for b in self.measurements
                         if (b.workload, b.mode, b.concurrency) == (BATCHED_QUERIES, m.mode, m.concurrency)), None)
         return _median_ratio(m.rates, batched.rates) if batched else None
+
+    def client_bound(self, m: Measurement) -> float | None:
+        """What an HTTP or gRPC run can reach against the engine when its clients share the engine's cores and the
+        engine run kept them all busy: the engine's CPU a request (its callers' included, a few percent) over that
+        plus the clients' CPU a request. A server adds its own cost on top, so its ratio to the engine stays below
+        this; a client on another machine takes nothing from the server's cores."""
+        if m.mode == "engine":
+            return None
+        engine = next((e for e in self.measurements
+                       if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
+        clients, own = m.bench_cpu_ms_per_request(), engine.bench_cpu_ms_per_request() if engine else None
+        return own / (own + clients) if own and clients is not None else None
 
     def _ratio_to_http(self, m: Measurement) -> float | None:
         """A gRPC run against HTTP's at the same workload and clients (requests in flight), tokens/s."""
@@ -201,6 +225,20 @@ class Report:
         if over_http:
             lines += ["", "gRPC streams against HTTP requests, as many in flight (tokens/s): " + ", ".join(
                 f"{workload} at {clients} {ratio:.2f}×" for workload, clients, ratio in over_http)]
+        bounds = [(run, self.row(run)) for run in self.measurements if self.client_bound(run) is not None]
+        if bounds:
+            engines = {(e.workload, e.concurrency): e for e in self.measurements if e.mode == "engine"}
+            lines += ["", "The load's clients run on the cores they measure: what they take, against the engine's CPU "
+                      "in process (its callers' included), bounds a server's ratio to the engine on these cores even "
+                      "if the server cost nothing itself (a bound where the engine run kept every core busy).", "",
+                      "| workload | mode | clients | clients' CPU ms/request | engine's CPU ms/request | cores busy in "
+                      "the engine run | at most × engine |", "|---|---|---|---|---|---|---|"]
+            for run, r in bounds:
+                engine = engines[run.workload, run.concurrency]
+                lines.append(f"| {r['workload']} | {r['mode']} | {r['concurrency']} | "
+                             f"{r['bench_cpu_ms_per_request']:.3f} | {engine.bench_cpu_ms_per_request():.3f} | "
+                             f"{engine.cores_busy():.2f} of "
+                             f"{self.cpu['cores']} | {r['client_bound']:.2f} |")
         for workload in self.raw:
             share = self.backend_ceiling_fraction(workload)
             lines += ["", f"Backend alone, {workload}: {self.backend_alone(workload):.0f} tokens/s"

@@ -57,6 +57,10 @@ class RunResult:
     server_cpu_s: ServerCpu | None = None
     """The server's CPU time during an HTTP run; None where the bench did not start the server (`--url`) or cannot
     read it (not Linux)."""
+    bench_cpu_s: float | None = None
+    """The bench process's own CPU time during the run: in an engine run, the engine's and its callers'; in an HTTP
+    or gRPC run, the clients'. The load runs on the cores it measures, so a server's clients take CPU that the
+    engine's in-process callers barely do (Report.client_bound)."""
 
     @property
     def requests(self) -> int:
@@ -68,6 +72,10 @@ class RunResult:
             return None
         process, loop = self.server_cpu_s
         return ServerCpu(process * 1000 / self.requests, None if loop is None else loop * 1000 / self.requests)
+
+    @property
+    def bench_cpu_ms_per_request(self) -> float | None:
+        return None if self.bench_cpu_s is None or not self.requests else self.bench_cpu_s * 1000 / self.requests
 
     @property
     def tokens_per_s(self) -> float:
@@ -138,8 +146,9 @@ def run_engine(engine: Engine, workload: Workload, concurrency: int, duration: f
     async def call(request: Request) -> int:
         return (await engine.arun(request)).prompt_tokens
 
-    before = engine.stats.snapshot()
+    before, cpu = engine.stats.snapshot(), time.process_time()
     result = asyncio.run(closed_loop(call, workload, concurrency, duration, RunResult(workload.name, "engine", concurrency)))
+    result.bench_cpu_s = time.process_time() - cpu
     after = engine.stats.snapshot()
     padded = after["padded_tokens"] - before["padded_tokens"]
     result.padding_efficiency = (after["real_tokens"] - before["real_tokens"]) / padded if padded else None
@@ -196,8 +205,9 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float,
         finally:
             await asyncio.gather(*(connection.close() for connection in idle))
 
-    before = server_cpu() if server_cpu else None
+    before, cpu = server_cpu() if server_cpu else None, time.process_time()
     result = asyncio.run(main())
+    result.bench_cpu_s = time.process_time() - cpu
     after = server_cpu() if server_cpu else None
     if before is not None and after is not None:
         result.server_cpu_s = ServerCpu(*(b - a for a, b in zip(before, after)))
@@ -261,8 +271,9 @@ def run_grpc(target: str, workload: Workload, concurrency: int, duration: float,
                 await stream.done_writing()
                 await reader
 
-    before = server_cpu() if server_cpu else None
+    before, cpu = server_cpu() if server_cpu else None, time.process_time()
     result = asyncio.run(main())
+    result.bench_cpu_s = time.process_time() - cpu
     after = server_cpu() if server_cpu else None
     if before is not None and after is not None:
         result.server_cpu_s = ServerCpu(after.process - before.process, None)

@@ -186,6 +186,13 @@ def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artif
         assert row["ratio_to_batched"] == pytest.approx(row["tokens_per_s"] / batched["tokens_per_s"])  # one round
         assert report["ratios"][f"queries/{mode}/c{clients}/vs_batched"] == round(row["ratio_to_batched"], 4)
     assert "One-text queries against the same texts in batched requests" in (out / "report.md").read_text()
+    for (workload, mode, clients), row in rows.items():  # the bench's own CPU: at most its cores' time, and in use
+        most = (row["seconds"] * report["cpu"]["cores"] + 0.02) * 1000 / row["requests"]
+        assert 0 < row["bench_cpu_ms_per_request"] <= most, row
+        engine = rows[(workload, "engine", clients)]["bench_cpu_ms_per_request"]
+        bound = None if mode == "engine" else engine / (engine + row["bench_cpu_ms_per_request"])  # one round
+        assert row["client_bound"] == pytest.approx(bound)
+    assert "The load's clients run on the cores they measure" in (out / "report.md").read_text()
 
 
 def test_bench_refuses_bad_arguments(tmp_path):
@@ -285,6 +292,33 @@ def test_server_cpu_is_a_median_over_rounds_and_a_grpc_run_has_no_event_loop_fig
     assert grpc.server_cpu_ms_per_request("loop") is None
     http = Measurement("queries", "http", 32, runs=[run("http", 0.5, 0.07), run("http", 0.6, 0.06)])
     assert http.server_cpu_ms_per_request("loop") == pytest.approx(0.65)
+
+
+def test_what_clients_on_the_servers_cores_leave_it_is_counted_from_the_bench_processs_cpu():
+    """0.85 ms of CPU a request for the engine and its callers, 0.14 ms for an HTTP load's clients: on cores both
+    keep busy, HTTP reaches at most 0.85 / 0.99 of the engine, whatever the server costs."""
+    from encoderrt.bench.report import Measurement, Report
+    from encoderrt.bench.runners import RunResult
+
+    def run(mode, cpu_s, requests=2000):
+        return RunResult("queries", mode, 32, items=requests, tokens=10 * requests, seconds=1.0,
+                         latencies=[0.01] * requests, bench_cpu_s=cpu_s)
+
+    report = Report(model={"name": "m", "task": "embed", "precision": "bf16", "target": "openvino", "parity": {}},
+                    cpu={"model": "x", "cores": 2, "flags": []}, versions={}, ceilings=[], flops_per_token={})
+    report.measurements += [Measurement("queries", "engine", 32, [run("engine", 1.7), run("engine", 1.9)]),
+                            Measurement("queries", "http", 32, [run("http", 0.28, 2000), run("http", 0.30, 1000),
+                                                                run("http", 0.27, 2000)])]
+    engine, http = (report.row(m) for m in report.measurements)
+    assert engine["bench_cpu_ms_per_request"] == pytest.approx(0.9) and engine["client_bound"] is None
+    assert report.measurements[0].cores_busy() == pytest.approx(1.8)
+    assert http["bench_cpu_ms_per_request"] == pytest.approx(0.14)  # rounds: 0.14, 0.30, 0.135
+    assert http["client_bound"] == pytest.approx(0.9 / 1.04)
+    assert "| queries | http | 32 | 0.140 | 0.900 | 1.80 of 2 | 0.87 |" in report.markdown()
+    no_engine = Report(model=report.model, cpu=report.cpu, versions={}, ceilings=[], flops_per_token={})
+    no_engine.measurements.append(report.measurements[1])
+    assert no_engine.row(no_engine.measurements[0])["client_bound"] is None
+    assert "clients run on" not in no_engine.markdown()
 
 
 def test_figures_are_medians_of_per_round_ratios():
