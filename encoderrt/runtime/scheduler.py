@@ -94,15 +94,16 @@ class _Ticket:
         self.started: float | None = None
         self.lock = threading.Lock()
 
-    def deliver(self, index: int, output: np.ndarray | dict[str, np.ndarray]) -> None:
+    def deliver(self, index: int, output: np.ndarray | dict[str, np.ndarray]) -> Completed | None:
+        """Fill one slot; once every slot is filled, the answer, for the caller to settle (`_settle_all`)."""
         with self.lock:
             self.outputs[index] = output
             self.remaining -= 1
             if self.remaining:
-                return
+                return None
         now = time.perf_counter()
         started = self.started if self.started is not None else now
-        self.settle(result=Completed(self.outputs, started - self.submitted, now - started))  # type: ignore[arg-type]
+        return Completed(self.outputs, started - self.submitted, now - started)  # type: ignore[arg-type]
 
     def settle(self, result: Completed | None = None, error: BaseException | None = None) -> None:
         """Complete the Future unless its caller already cancelled it; from any thread (an asyncio Future is
@@ -114,6 +115,28 @@ class _Ticket:
             self.loop.call_soon_threadsafe(_settle, self.future, result, error)
         except RuntimeError:  # the loop is closed: nobody waits for the answer any more
             pass
+
+
+def _settle_all(answers: Sequence[tuple[_Ticket, Completed]]) -> None:
+    """Settle a batch's answers, with one call into each loop that awaits some of them rather than one a ticket:
+    each call_soon_threadsafe writes to the loop's self-pipe and wakes it, and those writes were nearly all of a
+    batcher's own work on one-query requests (a backend that answers at once, 32 clients in process)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Completed], Completed]]] = {}
+    for ticket, completed in answers:
+        if ticket.loop is None:
+            _settle(ticket.future, completed)
+        else:
+            by_loop.setdefault(ticket.loop, []).append((ticket.future, completed))  # type: ignore[arg-type]
+    for loop, settled in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_each, settled)
+        except RuntimeError:  # the loop is closed: nobody waits for these answers any more
+            pass
+
+
+def _settle_each(settled: list[tuple[asyncio.Future[Completed], Completed]]) -> None:
+    for future, completed in settled:
+        _settle(future, completed)
 
 
 def _settle(future: Future | asyncio.Future, result: Completed | None = None,
@@ -341,8 +364,12 @@ class Scheduler:
         computed = real_tokens if backend.capabilities.packed_input else batch.padded_tokens  # a packed run pads nothing
         self.admission.observe(real_tokens, batch.padded_tokens, time.perf_counter(), more_queued=bool(self._rows))
         self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=computed)
+        answers = []
         for i, row in enumerate(rows):
             for ticket, index in row.consumers:
-                ticket.deliver(index, _row_outputs(result, ticket.named, i, len(row.tokens.ids)) if ticket.named
-                               else result[first][i])
+                completed = ticket.deliver(index, _row_outputs(result, ticket.named, i, len(row.tokens.ids))
+                                           if ticket.named else result[first][i])
+                if completed is not None:
+                    answers.append((ticket, completed))
+        _settle_all(answers)
         return ended

@@ -4,6 +4,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -319,6 +320,43 @@ def test_cancelled_request_is_dropped_before_it_runs(controlled, tiny_artifacts)
         stats = engine.stats.snapshot()
         assert stats["cancelled_items"] == 30
         assert sum(rows for rows, _ in backend.batches) == 2  # the blocker and the survivor, nothing of the victim
+
+
+def test_a_batchs_answers_reach_their_loop_in_one_call(controlled, tiny_artifacts):
+    """Ten awaited requests that run as one batch are answered with one call into their loop (each call writes to
+    the loop's self-pipe), not one each, and each gets its own row, as in a request of them all."""
+    texts = [" ".join(["fox"] * length) for length in range(1, 11)]  # rows of their own in the tiny vocabulary
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=1024, max_wait_ms=0) as engine:
+        alone = engine.embed(texts)
+        backend = controlled[0]
+        backend.batches.clear()
+        backend.gate.clear()
+
+        async def main():
+            loop, calls = asyncio.get_running_loop(), []
+            threadsafe = loop.call_soon_threadsafe
+
+            def counted(callback, *args, **kwargs):
+                calls.append(threading.current_thread().name)
+                return threadsafe(callback, *args, **kwargs)
+
+            blocker = asyncio.create_task(engine.aembed(["holds the backend"]))
+            await asyncio.to_thread(backend.entered.wait, 10)
+            waiting = [asyncio.create_task(engine.aembed([text])) for text in texts]
+            while engine.stats.snapshot()["queue_depth"] < len(texts):
+                await asyncio.sleep(0.001)
+            loop.call_soon_threadsafe = counted
+            backend.gate.set()
+            await blocker
+            answers = await asyncio.gather(*waiting)
+            loop.call_soon_threadsafe = threadsafe
+            return answers, calls
+
+        answers, calls = asyncio.run(main())
+        assert [rows for rows, _ in backend.batches] == [1, len(texts)]
+        assert len([name for name in calls if name.startswith("encoderrt-batcher")]) == 2  # one a batch
+        for row, answer in zip(alone, answers):
+            np.testing.assert_allclose(answer[0], row, atol=1e-5)
 
 
 def test_full_queue_fails_at_once(controlled, tiny_artifacts):
