@@ -56,8 +56,10 @@ class ServerSettings:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
-        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
-            raise ValueError(f"--grpc-port must be a port number (0 to 65535), got {self.grpc_port}")
+        # out of range, the OS would bind another port (99999 mod 65536) or blame --host
+        for flag, port in (("--port", self.port), ("--grpc-port", self.grpc_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise ValueError(f"{flag} must be a port number (0 to 65535), got {port}")
         if self.grpc_port is not None and self.grpc_port == self.port != 0:
             raise ValueError(f"--grpc-port {self.grpc_port} is --port too: give gRPC a port of its own")
         if self.shutdown_timeout < 0:

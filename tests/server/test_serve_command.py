@@ -218,6 +218,13 @@ def test_serve_refuses_a_taken_port(minilm_fp32):
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in stderr
 
 
+@pytest.mark.parametrize("flag, port", [("--port", "99999"), ("--port", "-1"), ("--grpc-port", "65536")])
+def test_serve_refuses_a_port_number_out_of_range(minilm_fp32, flag, port):
+    # 99999 was bound as 34463 (99999 mod 65536) and announced as :99999; -1 was blamed on --host
+    code, stderr = _serve_refusal(str(minilm_fp32.path), flag, port)
+    assert code == 2 and f"{flag} must be a port number (0 to 65535), got {port}" in stderr
+
+
 def test_serve_refuses_more_default_prompt_names_than_models(minilm_fp32):
     result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(minilm_fp32.path),
                              "--default-prompt-name", "query", "--default-prompt-name", "passage"],
