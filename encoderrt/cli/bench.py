@@ -65,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         common.error(console, f"--repeat must be at least 1, got {args.repeat}")
         return 2
+    if args.duration < 0:
+        common.error(console, f"--duration must be at least 0 seconds (0: one pass), got {args.duration:g}")
+        return 2
+    if args.scale <= 0:
+        common.error(console, f"--scale must be above 0, got {args.scale:g}")
+        return 2
     if not 0 <= args.tolerance < 1:
         common.error(console, f"--tolerance must be in [0, 1), got {args.tolerance}")
         return 2

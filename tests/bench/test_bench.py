@@ -205,6 +205,14 @@ def test_bench_refuses_bad_arguments(tmp_path):
     assert main(["bench", "--url", "http://127.0.0.1:9", "--mode", "grpc"]) == 2  # --url serves HTTP, not gRPC
 
 
+@pytest.mark.parametrize("arguments, says", [(["--duration", "-1"], "--duration must be at least 0 seconds"),
+                                             (["--scale", "0"], "--scale must be above 0, got 0"),
+                                             (["--scale", "-2"], "--scale must be above 0, got -2")])
+def test_bench_refuses_a_negative_duration_or_scale_before_measuring(arguments, says, capsys, tmp_path):
+    assert main(["bench", "--out", str(tmp_path / "report"), *arguments]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "report").exists()
+
+
 def test_workloads_never_put_one_request_in_flight_twice():
     for name in workloads.WORKLOADS:
         workload = workloads.build(name, "embed", min_requests=40)
