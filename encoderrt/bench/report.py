@@ -56,7 +56,6 @@ class Measurement:
         figures = [figure for figure in figures if figure is not None]  # a gRPC run has no event loop's figure
         return statistics.median(figures) if figures else None
 
-
     def bench_cpu_ms_per_request(self) -> float | None:
         """The median over rounds of the bench process's CPU per request (RunResult.bench_cpu_s)."""
         figures = [r.bench_cpu_ms_per_request for r in self.runs if r.bench_cpu_ms_per_request is not None]
