@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     kind_class = SparseWeights if args.sparse else TokenVectors if args.multi_vector else Embeddings
     if kind_class is not Embeddings and (args.dimensions is not None or args.precision != "float32"):
         return _refuse("--dimensions and --precision apply to dense embeddings")
+    if kind_class is not SparseWeights and args.top_k is not None:  # it would be ignored
+        return _refuse("--top-k applies to sparse weights (--sparse)")
     return run_job_command(args, settings.from_arguments(kind_class, args))
 
 

@@ -215,6 +215,10 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
     assert "error: input not found" in capsys.readouterr().err
     assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), "--sparse", "--dimensions", "8"]) == 2
     assert "--dimensions and --precision apply to dense embeddings" in capsys.readouterr().err
+    for other in ([], ["--multi-vector"]):
+        assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), *other, "--top-k", "3"]) == 2
+        assert "--top-k applies to sparse weights (--sparse)" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
     # an embedding model has no sparse output: the job stops at its first shard, naming why, and writes no shard
     assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path), "--sparse",
                  "--max-batch-tokens", "2048"]) == 1
