@@ -95,7 +95,7 @@ class Report:
         run = m.median
         # the batched queries are the queries' texts: the queries' reference passes are theirs too
         references = self.references.get("queries" if m.workload == BATCHED_QUERIES else m.workload, {})
-        engine = next((e for e in self.measurements if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
+        engine = self._engine_for(m)
         ceiling = self.ceiling_for(self.model["precision"])
         achieved = run.tokens_per_s * self.flops_per_token.get(m.workload, 0.0) / 1e9
         vs = {kind: _median_ratio(m.rates, [r.tokens_per_s for r in passes]) for kind, passes in references.items()}
@@ -132,12 +132,16 @@ class Report:
         engine run kept them all busy: the engine's CPU a request (its callers' included, a few percent) over that
         plus the clients' CPU a request. A server adds its own cost on top, so its ratio to the engine stays below
         this; a client on another machine takes nothing from the server's cores."""
-        if m.mode == "engine":
+        engine = self._engine_for(m)
+        if m.mode == "engine" or engine is None:
             return None
-        engine = next((e for e in self.measurements
-                       if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
-        clients, own = m.bench_cpu_ms_per_request(), engine.bench_cpu_ms_per_request() if engine else None
+        clients, own = m.bench_cpu_ms_per_request(), engine.bench_cpu_ms_per_request()
         return own / (own + clients) if own and clients is not None else None
+
+    def _engine_for(self, m: Measurement) -> Measurement | None:
+        """The engine's measurement at m's workload and clients (m itself for an engine run)."""
+        return next((e for e in self.measurements
+                     if (e.workload, e.mode, e.concurrency) == (m.workload, "engine", m.concurrency)), None)
 
     def _ratio_to_http(self, m: Measurement) -> float | None:
         """A gRPC run against HTTP's at the same workload and clients (requests in flight), tokens/s."""
@@ -204,8 +208,8 @@ class Report:
             + "× engine | engine eff. | of ceiling | server CPU ms/request | of it, event loop |",
             "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(kinds) + 5),
         ]
-        for measurement in self.measurements:
-            r = self.row(measurement)
+        rows = [(measurement, self.row(measurement)) for measurement in self.measurements]
+        for _, r in rows:
             ceiling = fmt(None if r["ceiling_fraction"] is None else r["ceiling_fraction"] * 100, 0)
             ceiling += "%" if r["ceiling_fraction"] else ""
             lines.append(
@@ -214,26 +218,26 @@ class Report:
                 + "".join(f"{fmt(r['ratios_to_references'].get(k))} | " for k in kinds)
                 + f"{fmt(r['ratio_to_engine'])} | {fmt(r['engine_efficiency'])} | {ceiling} | "
                   f"{fmt(r['server_cpu_ms_per_request'])} | {fmt(r['server_loop_cpu_ms_per_request'])} |")
-        batched = [(r["mode"], r["concurrency"], r["ratio_to_batched"]) for r in map(self.row, self.measurements)
+        batched = [(r["mode"], r["concurrency"], r["ratio_to_batched"]) for _, r in rows
                    if r["ratio_to_batched"] is not None]
         if batched:
             lines += ["", "One-text queries against the same texts in batched requests (tokens/s): " + ", ".join(
                 f"{mode} at {clients} client{'s' * (clients != 1)} {ratio:.2f}×" for mode, clients, ratio in batched)]
-        over_http = [(r["workload"], r["concurrency"], r["ratio_to_http"]) for r in map(self.row, self.measurements)
+        over_http = [(r["workload"], r["concurrency"], r["ratio_to_http"]) for _, r in rows
                      if r["ratio_to_http"] is not None]
         if over_http:
             lines += ["", "gRPC streams against HTTP requests, as many in flight (tokens/s): " + ", ".join(
                 f"{workload} at {clients} {ratio:.2f}×" for workload, clients, ratio in over_http)]
-        bounds = [(run, self.row(run)) for run in self.measurements if self.client_bound(run) is not None]
+        bounds = [(run, r) for run, r in rows if r["client_bound"] is not None]
         if bounds:
-            engines = {(e.workload, e.concurrency): e for e in self.measurements if e.mode == "engine"}
             lines += ["", "The load's clients run on the cores they measure: what they take, against the engine's CPU "
                       "in process (its callers' included), bounds a server's ratio to the engine on these cores even "
                       "if the server cost nothing itself (a bound where the engine run kept every core busy).", "",
                       "| workload | mode | clients | clients' CPU ms/request | engine's CPU ms/request | cores busy in "
                       "the engine run | at most × engine |", "|---|---|---|---|---|---|---|"]
             for run, r in bounds:
-                engine = engines[run.workload, run.concurrency]
+                engine = self._engine_for(run)
+                assert engine is not None  # a bound is computed against it
                 lines.append(f"| {r['workload']} | {r['mode']} | {r['concurrency']} | "
                              f"{r['bench_cpu_ms_per_request']:.3f} | {engine.bench_cpu_ms_per_request():.3f} | "
                              f"{engine.cores_busy():.2f} of "

@@ -105,28 +105,23 @@ class _Ticket:
         started = self.started if self.started is not None else now
         return Completed(self.outputs, started - self.submitted, now - started)  # type: ignore[arg-type]
 
-    def settle(self, result: Completed | None = None, error: BaseException | None = None) -> None:
-        """Complete the Future unless its caller already cancelled it; from any thread (an asyncio Future is
-        completed on its loop)."""
-        if self.loop is None:
-            _settle(self.future, result, error)
-            return
-        try:
-            self.loop.call_soon_threadsafe(_settle, self.future, result, error)
-        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
-            pass
+
+Outcome = tuple[_Ticket, Completed | None, BaseException | None]
+"""A ticket and what it gets: an answer, or an error."""
+_Settling = list[tuple[asyncio.Future[Completed], Completed | None, BaseException | None]]
 
 
-def _settle_all(answers: Sequence[tuple[_Ticket, Completed]]) -> None:
-    """Settle a batch's answers, with one call into each loop that awaits some of them rather than one a ticket:
-    each call_soon_threadsafe writes to the loop's self-pipe and wakes it, and those writes were nearly all of a
-    batcher's own work on one-query requests (a backend that answers at once, 32 clients in process)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Completed], Completed]]] = {}
-    for ticket, completed in answers:
+def _settle_all(outcomes: Sequence[Outcome]) -> None:
+    """Complete the tickets' Futures, from any thread, with one call into each loop that awaits some of them (an
+    asyncio Future is completed on its loop) rather than one a ticket: each call_soon_threadsafe writes to the
+    loop's self-pipe and wakes it, and those writes were nearly all of a batcher's own work on one-query requests
+    (a backend that answers at once, 32 clients in process)."""
+    by_loop: dict[asyncio.AbstractEventLoop, _Settling] = {}
+    for ticket, result, error in outcomes:
         if ticket.loop is None:
-            _settle(ticket.future, completed)
+            _settle(ticket.future, result, error)
         else:
-            by_loop.setdefault(ticket.loop, []).append((ticket.future, completed))  # type: ignore[arg-type]
+            by_loop.setdefault(ticket.loop, []).append((ticket.future, result, error))  # type: ignore[arg-type]
     for loop, settled in by_loop.items():
         try:
             loop.call_soon_threadsafe(_settle_each, settled)
@@ -134,9 +129,9 @@ def _settle_all(answers: Sequence[tuple[_Ticket, Completed]]) -> None:
             pass
 
 
-def _settle_each(settled: list[tuple[asyncio.Future[Completed], Completed]]) -> None:
-    for future, completed in settled:
-        _settle(future, completed)
+def _settle_each(settled: _Settling) -> None:
+    for future, result, error in settled:
+        _settle(future, result, error)
 
 
 def _settle(future: Future | asyncio.Future, result: Completed | None = None,
@@ -262,9 +257,8 @@ class Scheduler:
             self._closed = True
             waiting = self._rows.clear()
             self._cond.notify_all()
-        for row in waiting:
-            for ticket, _ in row.consumers:
-                ticket.settle(error=EngineClosed("the engine was closed before this request ran"))
+        closed = EngineClosed("the engine was closed before this request ran")
+        _settle_all([(ticket, None, closed) for row in waiting for ticket, _ in row.consumers])
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
@@ -355,21 +349,19 @@ class Scheduler:
             log.error("inference failed for a batch of %d rows: %s: %s", len(rows), type(exc).__name__, exc)
             error = InferenceFailed(f"inference failed for a batch of {len(rows)} rows; the server log has the cause")
             error.__cause__ = exc  # Python callers still see the backend's error
-            for row in rows:
-                for ticket, _ in row.consumers:
-                    ticket.settle(error=error)
+            _settle_all([(ticket, None, error) for row in rows for ticket, _ in row.consumers])
             return self._submissions
         ended = self._submissions
         real_tokens = batch.real_tokens
         computed = real_tokens if backend.capabilities.packed_input else batch.padded_tokens  # a packed run pads nothing
         self.admission.observe(real_tokens, batch.padded_tokens, time.perf_counter(), more_queued=bool(self._rows))
         self._stats.add(batches=1, batch_rows=len(rows), real_tokens=real_tokens, padded_tokens=computed)
-        answers = []
+        answers: list[Outcome] = []
         for i, row in enumerate(rows):
             for ticket, index in row.consumers:
                 completed = ticket.deliver(index, _row_outputs(result, ticket.named, i, len(row.tokens.ids))
                                            if ticket.named else result[first][i])
                 if completed is not None:
-                    answers.append((ticket, completed))
+                    answers.append((ticket, completed, None))
         _settle_all(answers)
         return ended
