@@ -330,6 +330,7 @@ def test_a_batchs_answers_reach_their_loop_in_one_call(controlled, tiny_artifact
         alone = engine.embed(texts)
         backend = controlled[0]
         backend.batches.clear()
+        backend.entered.clear()  # set by the batch above: the blocker's run must set it again
         backend.gate.clear()
 
         async def main():
@@ -341,9 +342,11 @@ def test_a_batchs_answers_reach_their_loop_in_one_call(controlled, tiny_artifact
                 return threadsafe(callback, *args, **kwargs)
 
             blocker = asyncio.create_task(engine.aembed(["holds the backend"]))
-            await asyncio.to_thread(backend.entered.wait, 10)
+            assert await asyncio.to_thread(backend.entered.wait, 10)
             waiting = [asyncio.create_task(engine.aembed([text])) for text in texts]
+            deadline = time.perf_counter() + 10
             while engine.stats.snapshot()["queue_depth"] < len(texts):
+                assert time.perf_counter() < deadline, "the ten requests never all queued"
                 await asyncio.sleep(0.001)
             loop.call_soon_threadsafe = counted
             backend.gate.set()
