@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from encoderrt.cli import common
@@ -59,14 +60,47 @@ def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, 
 
 
 def run(args: argparse.Namespace) -> int:
+    kinds = _output_kinds()
+    kind_class = next(kind for kind, (_, chosen) in kinds.items() if chosen(args))
+    if refusal := _flags_it_ignores(kind_class, kinds, args):
+        return _refuse(refusal)
+    return run_job_command(args, settings.from_arguments(kind_class, args))
+
+
+Kinds = dict[type, tuple[str, Callable[[argparse.Namespace], bool]]]
+"""Output kinds: what each is called on the command line, and whether the parsed flags ask for it."""
+
+
+def _output_kinds() -> Kinds:
+    """The output kinds `embed` writes; the first one the flags ask for is the job's."""
     from encoderrt.jobs.outputs import Embeddings, SparseWeights, TokenVectors
 
-    kind_class = SparseWeights if args.sparse else TokenVectors if args.multi_vector else Embeddings
-    if kind_class is not Embeddings and (args.dimensions is not None or args.precision != "float32"):
-        return _refuse("--dimensions and --precision apply to dense embeddings")
-    if kind_class is not SparseWeights and args.top_k is not None:  # it would be ignored
-        return _refuse("--top-k applies to sparse weights (--sparse)")
-    return run_job_command(args, settings.from_arguments(kind_class, args))
+    return {SparseWeights: ("sparse weights (--sparse)", lambda args: args.sparse),
+            TokenVectors: ("token vectors (--multi-vector)", lambda args: args.multi_vector),
+            Embeddings: ("dense embeddings (the default)", lambda args: True)}
+
+
+def _flags_it_ignores(kind_class: type, kinds: Kinds, args: argparse.Namespace) -> str | None:
+    """A refusal naming the flags given (set away from their defaults) that only other output kinds declare: the
+    job would ignore them. Read from the kinds' declarations, so a flag added to one kind is refused with the
+    others without a check written for it."""
+    own = {item.name for item in settings.declared(kind_class)}
+    owners: dict[str, list[str]] = {}  # flag -> the kinds that take it
+    for kind, (called, _) in kinds.items():
+        for item in settings.declared(kind):
+            if item.name not in own and getattr(args, item.name, item.default) != item.default:
+                owners.setdefault(item.flag, []).append(called)
+    if not owners:
+        return None
+    by_owners: dict[str, list[str]] = {}
+    for flag, called in owners.items():
+        by_owners.setdefault(_listed(called), []).append(flag)
+    return "; ".join(f"{_listed(flags)} {'applies' if len(flags) == 1 else 'apply'} to {called}, not to "
+                     f"{kinds[kind_class][0]}" for called, flags in by_owners.items())
+
+
+def _listed(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def run_job_command(args: argparse.Namespace, kind) -> int:

@@ -213,15 +213,26 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
     corpus = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in TEXTS[:48]))
     assert main(["embed", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a")]) == 2
     assert "error: input not found" in capsys.readouterr().err
-    assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), "--sparse", "--dimensions", "8"]) == 2
-    assert "--dimensions and --precision apply to dense embeddings" in capsys.readouterr().err
-    for other in ([], ["--multi-vector"]):
-        assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), *other, "--top-k", "3"]) == 2
-        assert "--top-k applies to sparse weights (--sparse)" in capsys.readouterr().err
+    # a flag of another output kind would be ignored: refused, naming the kinds that take it
+    refused = {
+        ("--sparse", "--dimensions", "8"): "--dimensions applies to dense embeddings (the default), not to sparse "
+                                           "weights (--sparse)",
+        ("--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to dense embeddings",
+        ("--multi-vector", "--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to token vectors",
+        ("--sparse", "--prompt-name", "query"): "--prompt-name applies to token vectors (--multi-vector) and dense "
+                                                "embeddings (the default), not to sparse weights",
+        ("--multi-vector", "--normalize", "--precision", "int8", "--dimensions", "4"):
+            "--dimensions, --precision and --normalize apply to dense embeddings (the default), not to token vectors",
+        ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",
+    }
+    for flags, message in refused.items():
+        assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), *flags]) == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
-    # an embedding model has no sparse output: the job stops at its first shard, naming why, and writes no shard
+    # an embedding model has no sparse output (the sparse kind's own flag passes): the job stops at its first
+    # shard, naming why, and writes no shard
     assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path), "--sparse",
-                 "--max-batch-tokens", "2048"]) == 1
+                 "--top-k", "3", "--max-batch-tokens", "2048"]) == 1
     err = capsys.readouterr().err
     assert "shard 0" in err and "sparse" in err and "Traceback" not in err
     assert not list((tmp_path / "c").glob("part-*"))
