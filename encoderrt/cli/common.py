@@ -1,4 +1,5 @@
-"""What every command shares: an stderr console and quiet third-party libraries."""
+"""What every command shares: an stderr console, quiet third-party libraries, and how a flag the command would
+ignore is refused."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def offline_and_quiet() -> None:
         return
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
+
+
+def applies_to(flags: list[str], to: str) -> str:
+    """'--a applies to X', '--a, --b and --c apply to X': the refusal of flags the command would otherwise ignore."""
+    listed = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"
+    return f"{listed} {'applies' if len(flags) == 1 else 'apply'} to {to}"

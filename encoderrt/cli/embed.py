@@ -94,13 +94,10 @@ def _flags_it_ignores(kind_class: type, kinds: Kinds, args: argparse.Namespace) 
         return None
     by_owners: dict[str, list[str]] = {}
     for flag, called in owners.items():
-        by_owners.setdefault(_listed(called), []).append(flag)
-    return "; ".join(f"{_listed(flags)} {'applies' if len(flags) == 1 else 'apply'} to {called}, not to "
-                     f"{kinds[kind_class][0]}" for called, flags in by_owners.items())
+        by_owners.setdefault(" and ".join(called), []).append(flag)
+    return "; ".join(common.applies_to(flags, f"{called}, not to {kinds[kind_class][0]}")
+                     for called, flags in by_owners.items())
 
-
-def _listed(words: list[str]) -> str:
-    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def run_job_command(args: argparse.Namespace, kind) -> int:
@@ -111,11 +108,16 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
     from encoderrt.jobs.progress import Progress
 
     console = common.console()
+    on_ray = args.ray or args.ray_address
+    placed = [flag for flag, given in (("--ray-actors", args.ray_actors is not None),
+                                       ("--ray-cpus-per-actor", args.ray_cpus_per_actor != 1)) if given]
+    if placed and not on_ray:  # a job here would ignore them
+        return _refuse(common.applies_to(placed, "a job on Ray (--ray or --ray-address)"))
     try:
         job = settings.from_arguments(JobSettings, args)
         config = settings.from_arguments(EngineConfig, args)
         progress = Progress(console)
-        if args.ray or args.ray_address:
+        if on_ray:
             from encoderrt.jobs.on_ray import run_on_ray
             from encoderrt.jobs.placement import RayPlacement
 

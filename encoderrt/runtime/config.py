@@ -74,5 +74,9 @@ class EngineConfig:
             raise ValueError(f"long_inputs must be 'truncate' or 'chunk', got {self.long_inputs!r}")
         if self.max_token_embeddings < 1:
             raise ValueError(f"max_token_embeddings must be positive, got {self.max_token_embeddings}")
-        if self.max_wait_ms < 0:
+        if not self.max_wait_ms >= 0:  # NaN too
             raise ValueError(f"max_wait_ms must not be negative, got {self.max_wait_ms}")
+        if self.intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads must be 0 (every core) or more, got {self.intra_op_threads}")
+        if not 0 < self.calibration_latency_ms < float("inf"):
+            raise ValueError(f"calibration_latency_ms must be above 0 and finite, got {self.calibration_latency_ms}")

@@ -225,6 +225,8 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
             "--dimensions, --precision and --normalize apply to dense embeddings (the default), not to token vectors",
         ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",
     }
+    refused[("--ray-actors", "2", "--ray-cpus-per-actor", "2")] = ("--ray-actors and --ray-cpus-per-actor apply to a "
+                                                                   "job on Ray (--ray or --ray-address)")
     for flags, message in refused.items():
         assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), *flags]) == 2
         assert message in capsys.readouterr().err

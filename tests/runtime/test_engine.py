@@ -280,6 +280,22 @@ def test_a_deep_queue_takes_1024_tokens_over_a_calibrated_budget_and_a_given_one
         Engine.load(tiny_artifacts["st-cls"], deep_batch_tokens=-1)
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("intra_op_threads", -1, "intra_op_threads must be 0 (every core) or more, got -1"),
+    ("calibration_latency_ms", 0.0, "calibration_latency_ms must be above 0 and finite, got 0.0"),
+    ("calibration_latency_ms", float("nan"), "calibration_latency_ms must be above 0 and finite, got nan"),
+    ("max_wait_ms", float("nan"), "max_wait_ms must not be negative, got nan"),
+])
+def test_settings_out_of_range_are_refused_naming_the_setting(field, value, says):
+    """Each was taken before and quietly meant something else (-1 threads: every core; a latency cap of 0 or NaN:
+    the budget calibration falls back to)."""
+    from encoderrt.runtime.config import EngineConfig
+
+    with pytest.raises(ValueError) as refused:
+        EngineConfig(**{field: value})
+    assert str(refused.value) == says
+
+
 def test_padding_efficiency_on_a_length_mix(tiny_artifacts):
     from encoderrt.bench import workloads
 

@@ -225,6 +225,12 @@ def test_serve_refuses_a_port_number_out_of_range(minilm_fp32, flag, port):
     assert code == 2 and f"{flag} must be a port number (0 to 65535), got {port}" in stderr
 
 
+def test_serve_refuses_ray_settings_without_ray(minilm_fp32):
+    # they were ignored: one process served, whatever --replicas said
+    code, stderr = _serve_refusal(str(minilm_fp32.path), "--replicas", "4", "--autoscale", "1:3")
+    assert code == 2 and "--replicas and --autoscale apply to serving on Ray Serve (--ray)" in stderr
+
+
 def test_serve_refuses_more_default_prompt_names_than_models(minilm_fp32):
     result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(minilm_fp32.path),
                              "--default-prompt-name", "query", "--default-prompt-name", "passage"],
