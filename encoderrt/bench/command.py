@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,10 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     tier = ceiling.cpu_tier(ceiling.cpu_description()["flags"])
     baseline = baselines.read_baseline(options.check, tier) if options.check else None  # fail early on a bad file
     user_texts = workloads.read_texts(options.texts_file) if options.texts_file else None
+    out = options.out or Path("bench-report")
+    _check_writable(out, "the report")  # before minutes of measuring, not after them
+    if options.write_baseline:
+        _check_writable(options.write_baseline.parent, "the baseline")
     artifact, name = artifact_for(options.target)
     engine = runners.load_engine(artifact, options.max_batch_tokens)
     try:
@@ -64,7 +69,6 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     finally:
         engine.close()
 
-    out = options.out or Path("bench-report")
     for path in report.write(out):
         console.print(f"wrote {path}")
     if not plots.available():
@@ -89,6 +93,18 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
                                  f"{report.cpu['model']} ({tier})", tier)
         console.print(f"wrote baseline {options.write_baseline}")
     return status
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """`folder` exists (made here if need be) and takes files, or a ValueError naming it."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"cannot write {what} to {folder}: it is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot write {what} to {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write {what} to {folder}: permission denied")
 
 
 def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, user_texts: list[str] | None,

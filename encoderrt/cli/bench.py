@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.target is not None and not args.target.is_dir():
         common.error(console, f"model or artifact folder not found: {args.target}")
         return 2
+    if args.texts is not None and not args.texts.is_file():
+        common.error(console, f"texts file not found: {args.texts}")
+        return 2
     if args.check is not None and not args.check.is_file():
         common.error(console, f"baseline not found: {args.check}")
         return 2

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from encoderrt import Engine
-from encoderrt.bench import baseline, workloads
+from encoderrt.bench import baseline, runners, workloads
 from encoderrt.bench.flops import flops_per_token
 from encoderrt.cli import main
 from encoderrt.runtime.manifest import ModelShape
@@ -211,6 +211,20 @@ def test_bench_refuses_bad_arguments(tmp_path):
 def test_bench_refuses_a_negative_duration_or_scale_before_measuring(arguments, says, capsys, tmp_path):
     assert main(["bench", "--out", str(tmp_path / "report"), *arguments]) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("arguments, says", [
+    (["--texts", "{tmp}/missing.txt"], "texts file not found: {tmp}/missing.txt"),
+    (["--out", "{tmp}/a-file/report"], "cannot write the report to {tmp}/a-file/report: Not a directory"),
+    (["--write-baseline", "{tmp}/a-file/b.json"], "cannot write the baseline to {tmp}/a-file: it is a file, not a folder"),
+])
+def test_bench_refuses_where_it_cannot_read_or_write_before_measuring(arguments, says, capsys, tmp_path, monkeypatch):
+    """A report or baseline that cannot be written failed only after the whole run, its figures lost."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(runners, "load_engine", lambda *a, **k: pytest.fail("the bench measured before refusing"))
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    assert main(["bench", *arguments]) == 2
+    assert says.format(tmp=tmp_path) in capsys.readouterr().err
 
 
 def test_workloads_never_put_one_request_in_flight_twice():
