@@ -216,7 +216,8 @@ def test_bench_refuses_a_negative_duration_or_scale_before_measuring(arguments, 
 @pytest.mark.parametrize("arguments, says", [
     (["--texts", "{tmp}/missing.txt"], "texts file not found: {tmp}/missing.txt"),
     (["--out", "{tmp}/a-file/report"], "cannot write the report to {tmp}/a-file/report: Not a directory"),
-    (["--write-baseline", "{tmp}/a-file/b.json"], "cannot write the baseline to {tmp}/a-file: it is a file, not a folder"),
+    (["--write-baseline", "{tmp}/a-file/b.json"],
+     "cannot write the baseline to {tmp}/a-file: it is a file, not a folder"),
 ])
 def test_bench_refuses_where_it_cannot_read_or_write_before_measuring(arguments, says, capsys, tmp_path, monkeypatch):
     """A report or baseline that cannot be written failed only after the whole run, its figures lost."""
