@@ -8,7 +8,7 @@ from pathlib import Path
 from encoderrt.cli import common
 from encoderrt.compile.cache import bundled_model, source_name
 from encoderrt.compile.errors import CompileError
-from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.options import TENSORRT_BATCH_TOKENS, CompileOptions
 from encoderrt.runtime.manifest import POOLINGS, Manifest
 
 HELP = "compile a model folder into an artifact"
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", choices=["padded", "packed"], default="padded",
                         help="tensorrt: padded batches with TensorRT's fused attention, or packed (no padding computed) "
                              "with encoderrt's attention plugin (fp16/bf16, head sizes 32 and 64)")
-    parser.add_argument("--max-batch-tokens", type=int, default=16384, metavar="N",
+    parser.add_argument("--max-batch-tokens", type=int, default=TENSORRT_BATCH_TOKENS, metavar="N",
                         help="tensorrt: the largest batch (padded tokens) the optimisation profiles hold")
     parser.add_argument("--max-length", type=int, default=None, metavar="N", help="token limit (default: the folder's)")
     parser.add_argument("--pooling", choices=["auto", *POOLINGS], default="auto")

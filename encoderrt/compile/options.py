@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Literal
 
 
+TENSORRT_BATCH_TOKENS = 16384
+"""The largest batch a TensorRT engine's optimisation profiles hold unless --max-batch-tokens says otherwise."""
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     model_dir: Path
@@ -19,7 +23,7 @@ class CompileOptions:
     """auto: the fastest of the CPU targets (onnxruntime, OpenVINO) on this machine (compile/selection.py)."""
     layout: Literal["padded", "packed"] = "padded"
     """TensorRT only: padded batches with TensorRT's fused attention, or packed (padding-free) with encoderrt's plugin."""
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int = TENSORRT_BATCH_TOKENS
     """TensorRT only: the largest batch (padded tokens) the optimisation profiles must hold."""
     max_length: int | None = None
     pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"] = "auto"

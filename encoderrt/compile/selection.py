@@ -21,7 +21,7 @@ from typing import Any
 
 from encoderrt.compile import cpu, openvino, tensorrt
 from encoderrt.compile.errors import InputError
-from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.options import TENSORRT_BATCH_TOKENS, CompileOptions
 from encoderrt.compile.parity import Probes, artifact_tokenizer, short_of_lossless
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.backends import STREAMS_ONLY, load_backend
@@ -68,6 +68,11 @@ def plan(options: CompileOptions) -> list[Candidate]:
     target, precision = options.target, options.precision
     if options.layout == "packed" and target != "tensorrt":
         raise InputError(f"--layout packed needs --target tensorrt (its attention is a TensorRT plugin), not {target}")
+    if options.max_batch_tokens != TENSORRT_BATCH_TOKENS and target != "tensorrt":  # nothing else would read it
+        raise InputError(f"--max-batch-tokens applies to --target tensorrt (its optimisation profiles), not {target}; "
+                         "a CPU artifact's batch budget is calibrated when it loads (serve --max-batch-tokens)")
+    if options.max_batch_tokens < 1:
+        raise InputError(f"--max-batch-tokens must be positive, got {options.max_batch_tokens}")
     if target == "openvino" and not openvino_installed():
         raise InputError("--target openvino needs OpenVINO: pip install openvino")
     targets = [t for t in MEASURED_TARGETS if t != "openvino" or openvino_installed()] if target == "auto" else [target]

@@ -90,6 +90,11 @@ def test_non_empty_output_needs_force(tiny_models, tmp_path, capsys):
     [
         (["--task", "score"], "needs a *ForSequenceClassification checkpoint"),
         (["--max-length", "4096"], "outside 2..64"),
+        # TensorRT's profile size: a CPU compile took it and ignored it
+        (["--target", "cpu", "--max-batch-tokens", "4096"], "--max-batch-tokens applies to --target tensorrt"),
+        (["--max-batch-tokens", "4096"], "--max-batch-tokens applies to --target tensorrt (its optimisation "
+                                         "profiles), not auto"),
+        (["--target", "tensorrt", "--max-batch-tokens", "0"], "--max-batch-tokens must be positive, got 0"),
     ],
 )
 def test_flags_that_do_not_fit_the_model(tiny_models, tmp_path, capsys, argv, message):
