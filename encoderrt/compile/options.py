@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-
 TENSORRT_BATCH_TOKENS = 16384
 """The largest batch a TensorRT engine's optimisation profiles hold unless --max-batch-tokens says otherwise."""
 
