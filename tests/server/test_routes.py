@@ -139,6 +139,19 @@ def test_vllm_pooling_refusals(client, body, fragment):
     assert response.status_code == 400 and fragment in response.json()["error"]["message"], response.text
 
 
+def test_raw_scores_of_an_embedding_model_are_refused_naming_why(client, engines):
+    """An embedder scores by cosine: raw scores were accepted and the cosine returned as if they were logits."""
+    with pytest.raises(Exception, match="raw scores"):
+        engines["minilm"].score("the fox", ["the dog"], activation=False)
+    raw = {"model": "minilm", "text_1": "the fox", "use_activation": False}
+    for path, body in (("/score", {**raw, "text_2": ["the dog"]}), ("/v1/score", {**raw, "text_2": "the dog"})):
+        refused = client.post(path, json=body)
+        assert refused.status_code == 400, refused.text
+        assert "raw scores (no activation) apply to a cross-encoder's logits" in refused.text
+    kept = client.post("/score", json={"model": "minilm", "text_1": "the fox", "text_2": ["the dog"]}).json()
+    assert [d["score"] for d in kept["data"]] == pytest.approx(engines["minilm"].score("the fox", ["the dog"]), abs=1e-6)
+
+
 def test_tei_rerank_shape(client, engines):
     texts = ["the lazy dog", "quick brown fox", "café"]
     body = client.post("/rerank", json={"query": "fox", "texts": texts, "return_text": True}).json()
