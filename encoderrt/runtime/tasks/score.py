@@ -54,8 +54,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     if hybrid_weights is not None and model.manifest.task != "hybrid":
         raise InvalidRequest(f"hybrid_weights apply to a hybrid (bge-m3) model; this is a {model.manifest.task} model")
     if not activation and model.manifest.task != "score":  # asking for raw logits where there are none
-        raise InvalidRequest(f"raw scores (no activation) apply to a cross-encoder's logits; this {model.manifest.task} "
-                             "model's score is a similarity, which has no activation to leave out")
+        raise InvalidRequest("raw scores (no activation) apply to a cross-encoder's logits; this "
+                             f"{model.manifest.task} model's score is a similarity, with no activation to leave out")
     if model.manifest.task == "multi_vector":
         return _late_interaction(model, firsts, seconds, truncate, prompt_name, prompt)
     tokenizer, cut = model.tokenizer_for(truncate)
