@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from ray import serve
 from ray.serve import metrics
 
-from encoderrt.deploy.settings import RayAppArgs
+from encoderrt.deploy.settings import REQUEST_TOKENS, RayAppArgs
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
@@ -241,11 +241,20 @@ def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
 
 
 def scaling(options: RayAppArgs, artifacts: list[ServedArtifact], config: EngineConfig) -> dict:
-    """Fixed replicas, or autoscaling whose target is what one replica's engine keeps busy."""
+    """Fixed replicas, or autoscaling whose target is what one replica's engine keeps busy. A setting of the other
+    way is refused, not ignored."""
+    if options.request_tokens < 1:
+        raise ValueError(f"request_tokens must be at least 1, got {options.request_tokens}")
     if options.autoscale is None:
         if options.replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {options.replicas}")
+        if options.request_tokens != REQUEST_TOKENS:
+            raise ValueError("request_tokens sizes autoscaling's target and applies with autoscale (MIN:MAX); "
+                             f"a fixed count of {options.replicas} replicas would ignore it")
         return {"num_replicas": options.replicas}
+    if options.replicas != 1:
+        raise ValueError(f"replicas ({options.replicas}) and autoscale ({options.autoscale}) both set the replica "
+                         "count: give one")
     minimum, maximum = autoscale_bounds(options.autoscale)
     return {"autoscaling_config": {"min_replicas": minimum, "max_replicas": maximum,
                                    "target_ongoing_requests": target_ongoing_requests(artifacts[0].path, config,

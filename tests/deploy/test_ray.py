@@ -216,6 +216,10 @@ def test_the_autoscaling_target_is_what_one_replica_keeps_busy(models, minilm_fp
     ({"autoscale": "2"}, "MIN:MAX"),
     ({"autoscale": "3:1"}, "MIN <= MAX"),
     ({"replicas": 0}, "at least 1"),
+    # each was ignored: a fixed count took no request size, autoscaling no count
+    ({"request_tokens": 512}, "request_tokens sizes autoscaling's target and applies with autoscale"),
+    ({"autoscale": "1:4", "replicas": 3}, r"replicas \(3\) and autoscale \(1:4\) both set the replica count"),
+    ({"autoscale": "1:4", "request_tokens": 0}, "request_tokens must be at least 1, got 0"),
 ])
 def test_bad_scaling_arguments_name_the_problem(models, args, message):
     options = RayAppArgs.model_validate({**models, **args})
