@@ -152,6 +152,11 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if task != native and not (model_task == "hybrid" and task == "token_embed"):
         hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
         raise InvalidRequest(f"task '{task}' is not available for model '{served.name}' ({hint}it pools with task '{native}')")
+    if body.side is not None and task != "token_embed":
+        raise InvalidRequest("side applies to task 'token_embed' of a multi-vector model")
+    if body.use_activation is not None and task == "token_embed":
+        raise InvalidRequest("use_activation applies to task 'embed' (normalisation) and 'classify' (the activation); "
+                             "task 'token_embed' returns the model's own vectors")
     texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
     truncate = common.truncation(body.truncate_prompt_tokens)
     if task == "embed":
@@ -164,8 +169,6 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
         completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate))
         rows = [common.encoded(vectors, body.encoding_format, body.embed_dtype) for vectors in completion.value]
     else:
-        if body.side is not None:
-            raise InvalidRequest("side applies to task 'token_embed' of a multi-vector model")
         if token_ids is not None or body.dimensions is not None:
             raise InvalidRequest("task 'classify' takes texts, without dimensions")
         completion = await served.engine.arun(ClassifyRequest(texts, truncate))
@@ -184,8 +187,9 @@ async def _hybrid_pooling(body: PoolingBody, request: Request, served: Any, star
     """A hybrid model's representations that `outputs` names, each item's as an object."""
     if served.engine.info.task != "hybrid":
         raise InvalidRequest(f"outputs apply to a hybrid (bge-m3) model; '{served.name}' is a {served.engine.info.task} model")
-    if body.task not in (None, "embed") or body.side is not None or body.dimensions is not None:
-        raise InvalidRequest("outputs take texts, without task, side or dimensions")
+    if (body.task not in (None, "embed") or body.side is not None or body.dimensions is not None
+            or body.use_activation is not None):
+        raise InvalidRequest("outputs take texts, without task, side, dimensions or use_activation")
     texts, token_ids = common.texts_or_token_ids(request, body.input, "input")
     if token_ids is not None:
         raise InvalidRequest("outputs take texts, not token ids")

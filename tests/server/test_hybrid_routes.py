@@ -94,7 +94,9 @@ def test_every_rerank_and_score_route_answers_with_the_hybrid_score(bge_m3, url)
 @pytest.mark.parametrize(("body", "message"), [
     ({"input": ["a"], "outputs": ["dense", "bm25"]}, "outputs.1: Input should be 'dense', 'sparse' or 'colbert'"),
     ({"input": ["a"], "outputs": []}, "outputs must be a non-empty list of dense, sparse, colbert"),
-    ({"input": ["a"], "outputs": ["dense"], "side": "query"}, "outputs take texts, without task, side or dimensions"),
+    ({"input": ["a"], "outputs": ["dense"], "side": "query"}, "outputs take texts, without task, side, dimensions"),
+    ({"input": ["a"], "outputs": ["dense"], "use_activation": False},
+     "without task, side, dimensions or use_activation"),
     ({"input": [[5, 6]], "outputs": ["dense"]}, "outputs take texts, not token ids"),
 ])
 def test_bad_pooling_requests_are_400s_naming_the_problem(url, body, message):

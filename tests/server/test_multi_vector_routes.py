@@ -78,6 +78,9 @@ def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
     assert half.status_code == 200, half.text
     halves = np.frombuffer(base64.b64decode(half.json()["data"][0]["data"]), dtype="<f2").reshape(-1, 24)
     assert halves.nbytes * 2 == vectors.nbytes
+    # the model's own vectors: no activation to turn off (it was accepted and ignored)
+    raw = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS[:1], "use_activation": False}, timeout=60)
+    assert raw.status_code == 400 and "task 'token_embed' returns the model's own vectors" in raw.text, raw.text
     np.testing.assert_allclose(halves.astype(np.float32), vectors, rtol=1e-3, atol=1e-3)
 
 

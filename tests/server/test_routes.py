@@ -133,6 +133,9 @@ def test_vllm_pooling_embeds_and_classifies(client, engines):
     ({"model": "classifier", "input": "x", "task": "embed"}, "it pools with task 'classify'"),
     ({"model": "minilm", "messages": [{"role": "user", "content": "x"}]}, "chat `messages` are for decoder models"),
     ({"model": "minilm", "input": []}, "input must not be empty"),
+    # side was ignored outside token_embed
+    ({"model": "minilm", "input": "x", "side": "query"}, "side applies to task 'token_embed'"),
+    ({"model": "classifier", "input": "x", "side": "query"}, "side applies to task 'token_embed'"),
 ])
 def test_vllm_pooling_refusals(client, body, fragment):
     response = client.post("/pooling", json=body)
