@@ -99,7 +99,6 @@ def _flags_it_ignores(kind_class: type, kinds: Kinds, args: argparse.Namespace) 
                      for called, flags in by_owners.items())
 
 
-
 def run_job_command(args: argparse.Namespace, kind) -> int:
     """The job the parsed flags describe, with `kind` as its output; exit 0, 1 (the job stopped: a bad row under
     --on-error fail, or a refused shard) or 2 (bad arguments)."""

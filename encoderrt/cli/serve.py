@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         if args.ray:
             return _serve_on_ray(args, server, per_model, console)
         if ray_only := [item.flag for item in settings.changed(settings.from_arguments(RaySettings, args))]:
-            raise ValueError(common.applies_to(ray_only, "serving on Ray Serve (--ray); without it they are ignored"))
+            raise ValueError(common.applies_to(ray_only, "serving on Ray Serve (--ray)"))
         # every path, name and the port are checked before anything compiles or binds
         models = plan_models(specs)
         _check_port(server.host, server.port)
