@@ -89,7 +89,7 @@ def _flags_it_ignores(kind_class: type, kinds: Kinds, args: argparse.Namespace) 
     for kind, (called, _) in kinds.items():
         for item in settings.declared(kind):
             if item.name not in own and getattr(args, item.name, item.default) != item.default:
-                owners.setdefault(item.flag, []).append(called)
+                owners.setdefault(item.given_as(), []).append(called)
     if not owners:
         return None
     by_owners: dict[str, list[str]] = {}

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                                          connections=settings.from_arguments(ConnectionLimits, args))
         if args.ray:
             return _serve_on_ray(args, server, per_model, console)
-        if ray_only := [item.flag for item in settings.changed(settings.from_arguments(RaySettings, args))]:
+        if ray_only := [item.given_as() for item in settings.changed(settings.from_arguments(RaySettings, args))]:
             raise ValueError(common.applies_to(ray_only, "serving on Ray Serve (--ray)"))
         # every path, name and the port are checked before anything compiles or binds
         models = plan_models(specs)

@@ -56,6 +56,11 @@ class Setting:
         """The environment variable that sets it where no flag does."""
         return ENV_PREFIX + self.name.upper()
 
+    def given_as(self, environ: typing.Mapping[str, str] = os.environ) -> str:
+        """How a user gave it, for a message about its value: the flag, and its variable where that is set (the
+        value may have come from there)."""
+        return f"{self.flag} ({self.env} is set)" if self.env in environ else self.flag
+
     @property
     def optional(self) -> bool:
         return type(None) in typing.get_args(self.type)

@@ -207,7 +207,7 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
     assert sorted(p.name for p in out.iterdir()) == ["job.json", *(f"part-{i:05d}.parquet" for i in range(8))]
 
 
-def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, capsys):
+def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, capsys, monkeypatch):
     from encoderrt.cli import main
 
     corpus = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in TEXTS[:48]))
@@ -230,6 +230,10 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
     for flags, message in refused.items():
         assert main(["embed", str(corpus), "-o", str(tmp_path / "b"), *flags]) == 2
         assert message in capsys.readouterr().err
+    with monkeypatch.context() as environment:  # a value from the environment is named by its variable too
+        environment.setenv("ENCODERRT_TOP_K", "3")
+        assert main(["embed", str(corpus), "-o", str(tmp_path / "b")]) == 2
+        assert "--top-k (ENCODERRT_TOP_K is set) applies to sparse weights" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
     # an embedding model has no sparse output (the sparse kind's own flag passes): the job stops at its first
     # shard, naming why, and writes no shard
