@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     if args.check is not None and not args.check.is_file():
         common.error(console, f"baseline not found: {args.check}")
         return 2
+    if args.url and args.mode == "http" and args.max_batch_tokens is not None:  # no engine of ours runs
+        common.error(console, common.applies_to(["--max-batch-tokens"], "the engine the bench runs itself; the "
+                                                "server at --url batches under its own budget (its serve flag)"))
+        return 2
     if args.url and args.mode in ("grpc", "all"):
         common.error(console, "--url measures HTTP only: gRPC runs against the server the bench starts")
         return 2

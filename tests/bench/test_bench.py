@@ -195,7 +195,7 @@ def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artif
     assert "The load's clients run on the cores they measure" in (out / "report.md").read_text()
 
 
-def test_bench_refuses_bad_arguments(tmp_path):
+def test_bench_refuses_bad_arguments(tmp_path, capsys):
     missing = subprocess.run([sys.executable, "-m", "encoderrt.cli", "bench", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "not found" in missing.stderr
@@ -203,6 +203,9 @@ def test_bench_refuses_bad_arguments(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "concurrency levels must be positive" in bad.stderr
     assert main(["bench", "--url", "http://127.0.0.1:9", "--mode", "grpc"]) == 2  # --url serves HTTP, not gRPC
+    # the server at --url keeps its own budget: the flag would be ignored
+    assert main(["bench", "--url", "http://127.0.0.1:9", "--mode", "http", "--max-batch-tokens", "512"]) == 2
+    assert "--max-batch-tokens applies to the engine the bench runs itself" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("arguments, says", [(["--duration", "-1"], "--duration must be at least 0 seconds"),
