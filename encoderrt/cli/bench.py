@@ -53,33 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from encoderrt.runtime.manifest import ManifestError
 
     console = common.console()
-    if args.target is not None and not args.target.is_dir():
-        common.error(console, f"model or artifact folder not found: {args.target}")
-        return 2
-    if args.texts is not None and not args.texts.is_file():
-        common.error(console, f"texts file not found: {args.texts}")
-        return 2
-    if args.check is not None and not args.check.is_file():
-        common.error(console, f"baseline not found: {args.check}")
-        return 2
-    if args.url and args.mode == "http" and args.max_batch_tokens is not None:  # no engine of ours runs
-        common.error(console, common.applies_to(["--max-batch-tokens"], "the engine the bench runs itself; the "
-                                                "server at --url batches under its own budget (its serve flag)"))
-        return 2
-    if args.url and args.mode in ("grpc", "all"):
-        common.error(console, "--url measures HTTP only: gRPC runs against the server the bench starts")
-        return 2
-    if args.repeat < 1:
-        common.error(console, f"--repeat must be at least 1, got {args.repeat}")
-        return 2
-    if args.duration < 0:
-        common.error(console, f"--duration must be at least 0 seconds (0: one pass), got {args.duration:g}")
-        return 2
-    if args.scale <= 0:
-        common.error(console, f"--scale must be above 0, got {args.scale:g}")
-        return 2
-    if not 0 <= args.tolerance < 1:
-        common.error(console, f"--tolerance must be in [0, 1), got {args.tolerance}")
+    if refusal := _refusal(args):
+        common.error(console, refusal)
         return 2
     try:
         references = parse_kinds(args.reference) if args.reference else ()
@@ -117,3 +92,22 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         return 130
+
+
+def _refusal(args: argparse.Namespace) -> str | None:
+    """The first argument the bench cannot run with, in words (None: none), before anything loads."""
+    checks = (
+        (args.target is not None and not args.target.is_dir(), f"model or artifact folder not found: {args.target}"),
+        (args.texts is not None and not args.texts.is_file(), f"texts file not found: {args.texts}"),
+        (args.check is not None and not args.check.is_file(), f"baseline not found: {args.check}"),
+        (args.url and args.mode == "http" and args.max_batch_tokens is not None,  # no engine of ours runs
+         common.applies_to(["--max-batch-tokens"], "the engine the bench runs itself; the server at --url batches "
+                           "under its own budget (its serve flag)")),
+        (args.url and args.mode in ("grpc", "all"), "--url measures HTTP only: gRPC runs against the server the bench "
+                                                    "starts"),
+        (args.repeat < 1, f"--repeat must be at least 1, got {args.repeat}"),
+        (args.duration < 0, f"--duration must be at least 0 seconds (0: one pass), got {args.duration:g}"),
+        (args.scale <= 0, f"--scale must be above 0, got {args.scale:g}"),
+        (not 0 <= args.tolerance < 1, f"--tolerance must be in [0, 1), got {args.tolerance}"),
+    )
+    return next((message for failed, message in checks if failed), None)

@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, ...]) -> None:
     """The flags every job command takes; `value_fields`: the settings naming its input's value fields."""
     from encoderrt.jobs.job import JobSettings
+    from encoderrt.jobs.placement import RayPlacement
 
     pair_or_text = {"text_field", "query_field", "document_field"}
 
@@ -56,7 +57,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, 
     ray.add_argument("--ray-actors", type=int, default=None, metavar="N",
                      help="engines (Ray actors) at once, each on --ray-cpus-per-actor CPUs (default: the cluster's "
                           "CPUs / that)")
-    ray.add_argument("--ray-cpus-per-actor", type=int, default=1, metavar="N", help="CPUs each engine runs on")
+    ray.add_argument("--ray-cpus-per-actor", type=int, default=RayPlacement().cpus_per_actor, metavar="N",
+                     help="CPUs each engine runs on")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,12 +106,15 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
     --on-error fail, or a refused shard) or 2 (bad arguments)."""
     from encoderrt.jobs import JobFailed, JobSettings
     from encoderrt.jobs.job import load_engine, run_job
+    from encoderrt.jobs.placement import RayPlacement
     from encoderrt.jobs.progress import Progress
 
     console = common.console()
     on_ray = args.ray or args.ray_address
-    placed = [flag for flag, given in (("--ray-actors", args.ray_actors is not None),
-                                       ("--ray-cpus-per-actor", args.ray_cpus_per_actor != 1)) if given]
+    default = RayPlacement()
+    placed = [flag for flag, given in (("--ray-actors", args.ray_actors != default.actors),
+                                       ("--ray-cpus-per-actor", args.ray_cpus_per_actor != default.cpus_per_actor))
+              if given]
     if placed and not on_ray:  # a job here would ignore them
         return _refuse(common.applies_to(placed, "a job on Ray (--ray or --ray-address)"))
     try:
@@ -118,7 +123,6 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
         progress = Progress(console)
         if on_ray:
             from encoderrt.jobs.on_ray import run_on_ray
-            from encoderrt.jobs.placement import RayPlacement
 
             address = args.ray_address or os.environ.get("RAY_ADDRESS")
             placement = RayPlacement(args.ray_actors, args.ray_cpus_per_actor, address)

@@ -82,6 +82,7 @@ def _serve_on_ray(args: argparse.Namespace, server: ServerSettings, per_model: d
     ray_settings = settings.from_arguments(RaySettings, args)
     options = on_ray.RayAppArgs.from_settings([str(p) for p in args.models] or [BUNDLED_NAME], per_model,
                                               server.engine, server, ray_settings)
+    on_ray.check_scaling(options)  # before the proxy's ports: another cluster holding them is not the problem
     if ray_settings.ray_address is None and not os.environ.get("RAY_ADDRESS"):
         on_ray.use_haproxy()  # a new local cluster: its proxy's ports must be free
         for cleared in clear_stale_proxy(server.port):

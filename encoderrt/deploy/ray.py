@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from ray import serve
 from ray.serve import metrics
 
-from encoderrt.deploy.settings import REQUEST_TOKENS, RayAppArgs
+from encoderrt.deploy.settings import RayAppArgs, RaySettings
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
@@ -240,21 +240,30 @@ def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
     return artifacts
 
 
-def scaling(options: RayAppArgs, artifacts: list[ServedArtifact], config: EngineConfig) -> dict:
-    """Fixed replicas, or autoscaling whose target is what one replica's engine keeps busy. A setting of the other
-    way is refused, not ignored."""
+def check_scaling(options: RayAppArgs) -> None:
+    """The scaling arguments, checked before anything compiles or starts: a fixed replica count or MIN:MAX, and a
+    setting of the other way refused, not ignored."""
+    default = RaySettings()
     if options.request_tokens < 1:
         raise ValueError(f"request_tokens must be at least 1, got {options.request_tokens}")
     if options.autoscale is None:
         if options.replicas < 1:
             raise ValueError(f"replicas must be at least 1, got {options.replicas}")
-        if options.request_tokens != REQUEST_TOKENS:
+        if options.request_tokens != default.request_tokens:
             raise ValueError("request_tokens sizes autoscaling's target and applies with autoscale (MIN:MAX); "
                              f"a fixed count of {options.replicas} replicas would ignore it")
-        return {"num_replicas": options.replicas}
-    if options.replicas != 1:
+        return
+    if options.replicas != default.replicas:
         raise ValueError(f"replicas ({options.replicas}) and autoscale ({options.autoscale}) both set the replica "
                          "count: give one")
+    autoscale_bounds(options.autoscale)
+
+
+def scaling(options: RayAppArgs, artifacts: list[ServedArtifact], config: EngineConfig) -> dict:
+    """Fixed replicas, or autoscaling whose target is what one replica's engine keeps busy."""
+    check_scaling(options)
+    if options.autoscale is None:
+        return {"num_replicas": options.replicas}
     minimum, maximum = autoscale_bounds(options.autoscale)
     return {"autoscaling_config": {"min_replicas": minimum, "max_replicas": maximum,
                                    "target_ongoing_requests": target_ongoing_requests(artifacts[0].path, config,

@@ -18,9 +18,6 @@ from encoderrt.runtime.settings import Setting, declared, from_arguments, settin
 from encoderrt.server.loading import ModelSpec, model_path
 from encoderrt.server.settings import ConnectionLimits, ServerSettings
 
-REQUEST_TOKENS = 1024
-"""A typical request's tokens, unless --request-tokens says otherwise: eight 128-token passages."""
-
 
 @dataclass(frozen=True)
 class RaySettings:
@@ -31,8 +28,8 @@ class RaySettings:
     cpus_per_replica: float = setting(
         2.0, "with --ray: CPUs Ray reserves for each replica; its backend threads match them", metavar="N")
     request_tokens: int = setting(
-        REQUEST_TOKENS, "with --autoscale: tokens of a typical request of your traffic (eight 128-token passages); "
-        "with the engine's measured budget it sets the autoscaling target", metavar="N")
+        1024, "with --autoscale: tokens of a typical request of your traffic (eight 128-token passages); with the "
+        "engine's measured budget it sets the autoscaling target", metavar="N")
     ray_address: str | None = setting(
         None, "with --ray: the cluster to join", metavar="ADDR", in_app=False,
         shown="RAY_ADDRESS's, or a new local cluster")
