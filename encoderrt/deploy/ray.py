@@ -27,6 +27,7 @@ from ray.serve import metrics
 
 from encoderrt.deploy.settings import RayAppArgs, RaySettings
 from encoderrt.runtime import Engine, EngineConfig
+from encoderrt.runtime.heap import freeze_startup_heap
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.server.app import create_app
@@ -60,6 +61,7 @@ class EncoderReplica:
         for artifact in artifacts:
             config = replace(settings.engine, default_prompt_name=artifact.default_prompt_name)
             self.registry.add(artifact.name, Engine.load(artifact.path, config))
+        freeze_startup_heap()  # the replica's process is its own: its full collections need not walk the weights' side
         self.registry.mark_ready()
         self.health = BatchHealth(self.registry)
         self.metrics = ReplicaMetrics(self.registry)

@@ -2,6 +2,7 @@
 and the fastest exact one kept), readiness, SIGTERM."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -137,6 +138,9 @@ def test_serve_names_several_models(minilm_fp32, tiny_artifacts):
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+    # both models loaded, what start-up built is out of the collector's scans (tests/runtime/test_heap.py)
+    frozen = re.findall(r"start-up heap frozen: (\d+) objects", process.stdout.read())
+    assert len(frozen) == 1 and int(frozen[0]) > 10_000
 
 
 def test_ctrl_c_during_the_first_compile_is_one_line_and_leaves_nothing(tmp_path):
