@@ -14,6 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from encoderrt import __version__
 from encoderrt.compile import leftovers
@@ -30,6 +31,8 @@ graphs keep their weights in a file beside them, which the sessions share; 3: th
 compile/unpad.py, and the manifest counts the per-token weights; 4: OpenVINO's real-token rows come in multiples
 of 16, its gated FFNs stay unfused and its int8 graphs keep the padding)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
+CachePrecision = Literal["auto", "fastest", "fp32", "bf16", "int8"]
+"""What a model folder compiles to on first use: compile-model's --precision on the CPU targets (fp16 is TensorRT's)."""
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("ENCODERRT_CACHE", Path.home() / ".cache" / "encoderrt"))
 
 
-def content_key(folder: Path) -> str:
+def content_key(folder: Path, precision: CachePrecision = "auto") -> str:
     """sha256 over the files that define the model (configs, weights, tokenizer), this encoderrt version and how the
-    cache compiles (auto target and precision, which depend on whether this CPU computes bf16)."""
-    digest = hashlib.sha256(f"encoderrt {__version__}; layout {ARTIFACT_LAYOUT}; target auto; precision auto; "
+    cache compiles (auto target, the precision asked for, and whether this CPU computes bf16)."""
+    digest = hashlib.sha256(f"encoderrt {__version__}; layout {ARTIFACT_LAYOUT}; target auto; precision {precision}; "
                             f"bf16 {bf16_instructions()}".encode())  # from the CPU's flags: a restart loads no OpenVINO
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _CONTENT_SUFFIXES):
         digest.update(f"{path.relative_to(folder).as_posix()} {sha256_file(path)}".encode())
     return digest.hexdigest()[:16]
 
 
-def artifact_for(path: Path | None, reporter: StepReporter | None = None) -> tuple[Path, str | None]:
-    """The artifact for an artifact folder, a model folder (compiled into the cache once) or None (the bundled
-    model); and the model's name (None: the artifact's manifest's)."""
+def artifact_for(path: Path | None, reporter: StepReporter | None = None,
+                 precision: CachePrecision = "auto") -> tuple[Path, str | None]:
+    """The artifact for an artifact folder, a model folder (compiled into the cache once, at `precision` on the
+    fastest CPU target) or None (the bundled model); and the model's name (None: the artifact's manifest's)."""
     if path is not None and (path / MANIFEST_NAME).is_file():
         return path, None
     from encoderrt.compile import CompileOptions, compile_model
@@ -83,7 +87,7 @@ def artifact_for(path: Path | None, reporter: StepReporter | None = None) -> tup
     if not source.is_dir():
         raise FileNotFoundError(f"model folder not found: {source}")
     name = source_name(source)
-    target = cache_root() / content_key(source)
+    target = cache_root() / content_key(source, precision)
     try:
         read_manifest(target)
         log.info("using cached artifact %s", target)
@@ -92,7 +96,8 @@ def artifact_for(path: Path | None, reporter: StepReporter | None = None) -> tup
         pass
     log.info("compiling %s into %s (once; later runs reuse it)", source, target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    compile_model(CompileOptions(model_dir=source, output_dir=target, force=True, quiet=True, name=name), reporter)
+    compile_model(CompileOptions(model_dir=source, output_dir=target, precision=precision, force=True, quiet=True,
+                                 name=name), reporter)
     return target, name
 
 

@@ -234,7 +234,8 @@ def compiled_artifacts(options: RayAppArgs) -> list[ServedArtifact]:
 
     artifacts = []
     for planned in plan_models(options.specs()):
-        path, _ = artifact_for(planned.spec.path, StepReporter(logger=log, prefix=f"{planned.name}: "))
+        path, _ = artifact_for(planned.spec.path, StepReporter(logger=log, prefix=f"{planned.name}: "),
+                               planned.spec.compile_precision)
         prompt = planned.spec.default_prompt_name
         # an unknown prompt fails here, not in every replica's start-up (which checks the files' hashes itself)
         default_prompt(read_manifest(path, verify_files=False), prompt)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderrt.compile.cache import BUNDLED_NAME, artifact_for, bundled_model, source_name
+from encoderrt.compile.cache import BUNDLED_NAME, CachePrecision, artifact_for, bundled_model, source_name
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
@@ -35,6 +35,10 @@ class ModelSpec:
     default_prompt_name: str | None = setting(
         None, "the prompt the model applies by default, over its folder's ('' for none; TEI's --default-prompt-name)",
         metavar="NAME", per_model=True, shown="the folder's")
+    compile_precision: CachePrecision = setting(
+        "auto", "what a model folder compiles to on first use: auto, fastest (bf16 held to its own tolerance where "
+        "this CPU computes it), fp32, bf16 or int8, as compile-model's --precision; an artifact is served as built",
+        metavar="PRECISION", per_model=True)
 
     @classmethod
     def each(cls, paths: list[Path | None], per_model: dict[str, list]) -> list["ModelSpec"]:
@@ -44,6 +48,8 @@ class ModelSpec:
             given = per_model.get(item.name) or []
             if len(given) > len(paths):
                 raise ValueError(f"{len(given)} {item.flag} values for {len(paths)} models")
+            if item.choices and (wrong := [value for value in given if value not in item.choices]):
+                raise ValueError(f"{item.given_as()} {wrong[0]!r} is not one of {', '.join(item.choices)}")
         return [cls(path, **{name: values[i] for name, values in per_model.items() if i < len(values or [])})
                 for i, path in enumerate(paths)]
 
@@ -66,6 +72,7 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
     planned = []
     for spec in specs:
         own = _own_name(spec.path)  # checks the folder, so it runs even when a served name is given
+        _check_precision(spec)
         planned.append(PlannedModel(spec, spec.served_model_name or own))
     seen: dict[str, PlannedModel] = {}
     for model in planned:
@@ -75,6 +82,18 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
                              "give each a distinct --served-model-name")
         seen[model.name] = model
     return planned
+
+
+def _check_precision(spec: ModelSpec) -> None:
+    """An artifact is served at the precision it was built in: another asked of it is refused, not ignored."""
+    if spec.compile_precision == "auto" or spec.path is None or not (spec.path / MANIFEST_NAME).is_file():
+        return
+    built = read_manifest(spec.path, verify_files=False)  # readable: _own_name has read it
+    if built.precision != spec.compile_precision:
+        flag = next(item for item in declared(ModelSpec) if item.name == "compile_precision").given_as()
+        raise ValueError(f"{flag} {spec.compile_precision} applies to model folders, which compile on first use; "
+                         f"{spec.path} is an artifact built in {built.precision} on {built.target} "
+                         f"(compile-model --precision {spec.compile_precision} builds another)")
 
 
 def _own_name(path: Path | None) -> str:
@@ -114,7 +133,7 @@ def load_models(planned: list[PlannedModel], config: EngineConfig, registry: Mod
         name, spec = model.name, model.spec
         reporter = StepReporter(logger=log, prefix=f"{name}: ",
                                 on_step=lambda step, name=name: registry.set_step(name, f"compiling: {step}"))
-        artifact, _ = artifact_for(spec.path, reporter)
+        artifact, _ = artifact_for(spec.path, reporter, spec.compile_precision)
         registry.set_step(name, "loading")
         engine = Engine.load(artifact, config, **({"default_prompt_name": spec.default_prompt_name}
                                                   if spec.default_prompt_name is not None else {}))

@@ -40,6 +40,16 @@ def test_same_content_under_another_name_is_one_artifact(cache, tiny_models, tmp
     assert content_key(renamed) != first.name  # a changed config is another model
 
 
+def test_a_folder_compiled_at_another_precision_is_another_artifact(cache, tiny_models):
+    auto, _ = artifact_for(tiny_models["st-cls"])
+    int8, _ = artifact_for(tiny_models["st-cls"], precision="int8")
+    assert int8 != auto and int8.name == content_key(tiny_models["st-cls"], "int8")
+    assert content_key(tiny_models["st-cls"], "int8") != content_key(tiny_models["st-cls"])
+    assert read_manifest(int8).precision == "int8" and read_manifest(auto).precision in ("fp32", "bf16")
+    assert artifact_for(tiny_models["st-cls"], precision="int8")[0] == int8  # compiled once
+    assert sorted(p.name for p in cache.iterdir()) == sorted([auto.name, int8.name])
+
+
 def test_cache_list_and_clear(cache, tiny_models, capsys):
     embedder, _ = artifact_for(tiny_models["st-cls"])
     reranker, _ = artifact_for(tiny_models["bert-cross-encoder"])

@@ -17,6 +17,7 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.bench import workloads
+from encoderrt.compile.cache import content_key
 from encoderrt.runtime.backends import openvino as openvino_backend
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.postprocess import cosine_pairs
@@ -247,3 +248,43 @@ def test_serve_refuses_a_file_as_a_model(tmp_path):
     result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(tmp_path / "model.bin")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "model path is not a folder" in result.stderr
+
+
+def test_serve_compiles_a_folder_at_the_precision_asked_once_per_model(tiny_models, minilm_fp32, tmp_path):
+    folder = tiny_models["st-cls"]
+    env = {**os.environ, "ENCODERRT_CACHE": str(tmp_path / "cache")}
+    # the first MODEL's value is the folder's; the artifact after it keeps its default (auto: served as built)
+    process, url = _start([str(folder), str(minilm_fp32.path), "--compile-precision", "int8",
+                           "--served-model-name", "tiny", "--served-model-name", "minilm"], env)
+    try:
+        _wait_healthy(process, url, timeout=120)
+        texts = ["int8 on first use", "a second, longer text about what the cache holds"]
+        served = httpx.post(f"{url}/v1/embeddings", json={"input": texts, "model": "tiny"}, timeout=30).json()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    (artifact,) = (tmp_path / "cache").iterdir()  # the folder alone compiled; the artifact was served as it is
+    assert artifact.name == content_key(folder, "int8") and read_manifest(artifact).precision == "int8"
+    with Engine.load(artifact, max_batch_tokens=512) as engine:
+        expected = engine.embed(texts)
+    assert cosine_pairs(np.array([d["embedding"] for d in served["data"]]), expected).min() >= 0.9999
+    log = process.stdout.read()
+    assert "serving tiny (embed, int8)" in log and "serving minilm (embed, fp32)" in log
+
+
+def test_serve_refuses_a_precision_it_cannot_compile_to_or_an_artifact_was_not_built_in(minilm_fp32):
+    code, stderr = _serve_refusal(str(minilm_fp32.path), "--compile-precision", "fp16")
+    assert code == 2 and "--compile-precision 'fp16' is not one of auto, fastest, fp32, bf16, int8" in stderr
+    # an fp32 artifact served "at bf16" would have been served in fp32 all the same
+    result = subprocess.run([sys.executable, "-m", "encoderrt.cli", "serve", str(minilm_fp32.path)], timeout=60,
+                            capture_output=True, text=True, env={**os.environ, "ENCODERRT_COMPILE_PRECISION": "bf16"})
+    assert result.returncode == 2 and "Uvicorn running" not in result.stderr
+    assert (f"--compile-precision (ENCODERRT_COMPILE_PRECISION is set) bf16 applies to model folders, which compile "
+            f"on first use; {minilm_fp32.path} is an artifact built in fp32 on ") in result.stderr
+    # asked as built, it passes every model check: the refusal that follows is the taken port's
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, stderr = _serve_refusal(str(minilm_fp32.path), "--compile-precision", "fp32", "--port", str(port))
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in stderr
