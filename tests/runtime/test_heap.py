@@ -25,7 +25,7 @@ def test_freezing_takes_a_loaded_engine_out_of_every_collection_and_leaves_later
         scanned_before = len(gc.get_objects())  # every object a full collection walks
         frozen = freeze_startup_heap()
         scanned_after = len(gc.get_objects())
-        assert frozen == gc.get_freeze_count() >= scanned_before * 0.9
+        assert frozen >= scanned_before * 0.9  # (frozen objects still die by reference counting: no equality later)
         assert scanned_after < scanned_before / 20
 
         # a request's cyclic garbage, made after the freeze, is still found and freed
