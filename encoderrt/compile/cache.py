@@ -33,6 +33,10 @@ of 16, its gated FFNs stay unfused and its int8 graphs keep the padding)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 CachePrecision = Literal["auto", "fastest", "fp32", "bf16", "int8"]
 """What a model folder compiles to on first use: compile-model's --precision on the CPU targets (fp16 is TensorRT's)."""
+PRECISION_HELP = ("what a model folder compiles to on first use: auto, fastest (bf16 held to its own tolerance where "
+                  "this CPU computes it), fp32, bf16 or int8, as compile-model's --precision; an artifact is used as "
+                  "built")
+"""The help of serve's and the jobs' --compile-precision, which mean the same."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ def artifact_for(path: Path | None, reporter: StepReporter | None = None,
     """The artifact for an artifact folder, a model folder (compiled into the cache once, at `precision` on the
     fastest CPU target) or None (the bundled model); and the model's name (None: the artifact's manifest's)."""
     if path is not None and (path / MANIFEST_NAME).is_file():
+        check_precision(path, precision)
         return path, None
     from encoderrt.compile import CompileOptions, compile_model
 
@@ -99,6 +104,18 @@ def artifact_for(path: Path | None, reporter: StepReporter | None = None,
     compile_model(CompileOptions(model_dir=source, output_dir=target, precision=precision, force=True, quiet=True,
                                  name=name), reporter)
     return target, name
+
+
+def check_precision(path: Path | None, precision: CachePrecision, asked_as: str = "compile_precision") -> None:
+    """An artifact is used as it was built: another precision asked of it is refused (a ValueError naming how it was
+    built, `asked_as` naming what asked), not ignored. A model folder compiles to what is asked."""
+    if precision == "auto" or path is None or not (path / MANIFEST_NAME).is_file():
+        return
+    built = read_manifest(path, verify_files=False)
+    if built.precision != precision:
+        raise ValueError(f"{asked_as} {precision} applies to model folders, which compile on first use; {path} is an "
+                         f"artifact built in {built.precision} on {built.target} (compile-model --precision "
+                         f"{precision} builds another)")
 
 
 def list_entries(root: Path | None = None) -> list[CacheEntry]:

@@ -28,20 +28,28 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
     `model`: an artifact folder, a model folder (compiled once) or None for the bundled all-MiniLM-L6-v2. `kind`:
     what to compute (default `Embeddings()`; `SparseWeights()`, `TokenVectors()`, `PairScores()`); `settings`:
     JobSettings' fields (`text_field`, `id_field`, `shard_rows`, `output_format`, `on_error` ...). An `engine`
-    already loaded is used as it is (its artifact is the model); `ray=True` (or a `RayPlacement`: actors, CPUs
+    already loaded is used as it is (its artifact is the model; `model`, `config`, `compile_precision` and `ray` are
+    refused beside it); `ray=True` (or a `RayPlacement`: actors, CPUs
     each, the cluster's address) runs on Ray Data instead.
     """
     job = JobSettings(**settings)
     kind = kind or Embeddings()
     paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     progress = Progress(enabled=show_progress)
+    if engine is not None:
+        # what else picks, builds or places the engine would be ignored beside the one given
+        ignored = [name for name, given in (("model", model is not None), ("config", config is not None),
+                                            ("compile_precision", job.compile_precision != "auto"), ("ray", ray))
+                   if given]
+        if ignored:
+            raise ValueError(f"{', '.join(ignored)}: {'does' if len(ignored) == 1 else 'do'} not apply beside an "
+                             "engine already loaded, which a local job uses as it is")
+        return run_job(paths, output, kind, engine, engine.artifact_dir, job, progress)
     if ray:
         from encoderrt.jobs.on_ray import run_on_ray
 
         placement = ray if isinstance(ray, RayPlacement) else RayPlacement()
         return run_on_ray(paths, output, kind, model, job, config or EngineConfig(), placement, progress)
-    if engine is not None:
-        return run_job(paths, output, kind, engine, engine.artifact_dir, job, progress)
     engine, artifact = load_engine(model, job, config)
     with engine:
         return run_job(paths, output, kind, engine, artifact, job, progress)

@@ -21,13 +21,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from encoderrt.compile.cache import PRECISION_HELP, CachePrecision
 from encoderrt.jobs.inputs import Corpus, Fields, InputFormat, Position, Row, resolve
 from encoderrt.jobs.outputs import Output
 from encoderrt.jobs.progress import Progress, Summary
 from encoderrt.jobs.shards import OutputFolder, ShardRecord, identity_of, manifest_hash, shard_name
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.settings import setting
+from encoderrt.runtime.settings import check_choices, declared_setting, setting
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ class JobSettings:
         "skip", "a bad row (missing, empty or non-string text, invalid JSON or UTF-8): skip it, listing it in the "
         "shard's .rejected.jsonl, or stop the job at its shard (finished shards are kept)")
     overwrite: bool = setting(False, "start again where --output holds a different job's output")
+    compile_precision: CachePrecision = setting("auto", PRECISION_HELP)
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.shard_rows < 1:
             raise ValueError(f"shard_rows must be positive, got {self.shard_rows}")
 
@@ -125,14 +128,22 @@ def load_engine(model: str | Path | None, job: JobSettings, config: EngineConfig
                 reporter=None) -> tuple[Engine, Path]:
     """The engine for an artifact folder, a model folder (compiled into the cache once) or None (the bundled
     model), with the queue limits a job needs."""
-    from encoderrt.compile.cache import artifact_for
-
-    try:
-        artifact, name = artifact_for(None if model is None else Path(model), reporter)
-    except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None
+    artifact, _ = job_artifact(model, job, reporter)
     settings = job_engine_config(job, config or EngineConfig())
     return Engine.load(artifact, settings), artifact
+
+
+def job_artifact(model: str | Path | None, job: JobSettings, reporter=None) -> tuple[Path, str | None]:
+    """The artifact a job runs: an artifact folder as built, a model folder compiled into the cache once at
+    the job's `compile_precision`, or None (the bundled model); problems are ValueErrors naming them."""
+    from encoderrt.compile.cache import artifact_for, check_precision
+
+    path = None if model is None else Path(model)
+    check_precision(path, job.compile_precision, declared_setting(JobSettings, "compile_precision").given_as())
+    try:
+        return artifact_for(path, reporter, job.compile_precision)
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def open_job(inputs: list[str | Path], output: str | Path, kind: Output, model: str, artifact: Path,

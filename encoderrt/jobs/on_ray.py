@@ -28,6 +28,7 @@ from encoderrt.jobs.job import (
     IN_FLIGHT,
     FinishedShard,
     JobSettings,
+    job_artifact,
     job_engine_config,
     open_job,
     rows_answered,
@@ -60,13 +61,8 @@ def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model
         import ray.data
     except ImportError as exc:
         raise ValueError(f"--ray needs Ray Data: pip install 'encoderrt[ray]' ({exc})") from None
-    from encoderrt.compile.cache import artifact_for
-
     progress = progress or Progress(enabled=False)
-    try:
-        artifact, _ = artifact_for(None if model is None else Path(model))
-    except FileNotFoundError as exc:
-        raise ValueError(str(exc)) from None
+    artifact, _ = job_artifact(model, job)
     manifest = read_manifest(artifact)
     name = str(manifest.source.get("name") or artifact.name)  # as Engine names it
     corpus, folder = open_job(inputs, output, kind, name, artifact, job)

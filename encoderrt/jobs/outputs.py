@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from encoderrt.runtime.quantization import Precision
-from encoderrt.runtime.settings import setting
+from encoderrt.runtime.settings import check_choices, setting
 from encoderrt.runtime.tasks import EmbedRequest, MultiVectorRequest, Request, ScoreRequest, SparseEmbedRequest
 
 
@@ -23,6 +23,9 @@ class Output:
     name = ""
     dense = False
     """Writes one fixed-width vector a row (the only kind `--output-format npy` holds)."""
+
+    def __post_init__(self) -> None:
+        check_choices(self)
 
     def request(self, values: Sequence[tuple[str, ...]]) -> Request:
         raise NotImplementedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from encoderrt.runtime.settings import setting
+from encoderrt.runtime.settings import check_choices, setting
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,7 @@ class EngineConfig:
             raise ValueError(f"max_queue_seconds must be above 0, got {self.max_queue_seconds}")
         if self.sessions < 1:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
-        if self.calibrate_for not in ("latency", "throughput"):
-            raise ValueError(f"calibrate_for must be 'latency' or 'throughput', got {self.calibrate_for!r}")
-        if self.long_inputs not in ("truncate", "chunk"):
-            raise ValueError(f"long_inputs must be 'truncate' or 'chunk', got {self.long_inputs!r}")
+        check_choices(self)
         if self.max_token_embeddings < 1:
             raise ValueError(f"max_token_embeddings must be positive, got {self.max_token_embeddings}")
         if not self.max_wait_ms >= 0:  # NaN too

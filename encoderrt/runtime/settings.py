@@ -119,6 +119,23 @@ def declared(cls: type) -> list[Setting]:
             for f in dataclasses.fields(cls) if _KEY in f.metadata]
 
 
+def check_choices(instance: Any) -> None:
+    """A setting of a fixed set of values (a Literal) holding another is a ValueError naming both. The command line's
+    choices check it there; this checks what the Python API and Ray's arguments build."""
+    for item in declared(type(instance)):
+        value = getattr(instance, item.name)
+        if item.choices and value not in item.choices and not (value is None and item.optional):
+            *rest, last = (repr(choice) for choice in item.choices)
+            allowed = f"{rest[0]} or {last}" if len(rest) == 1 else f"one of {', '.join(rest)} or {last}"
+            raise ValueError(f"{item.name} must be {allowed}, got {value!r}")
+
+
+def declared_setting(cls: type, name: str) -> Setting:
+    """The setting `cls` declares under `name` (a message names it by its flag: `.given_as()`)."""
+    (item,) = (item for item in declared(cls) if item.name == name)
+    return item
+
+
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
                   environ: typing.Mapping[str, str] = os.environ, only: typing.Collection[str] | None = None) -> None:
     """One flag per declared setting of `cls` (of those named in `only`, if given); the parsed value lands under the

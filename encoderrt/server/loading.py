@@ -13,11 +13,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderrt.compile.cache import BUNDLED_NAME, CachePrecision, artifact_for, bundled_model, source_name
+from encoderrt.compile.cache import (
+    BUNDLED_NAME,
+    PRECISION_HELP,
+    CachePrecision,
+    artifact_for,
+    bundled_model,
+    check_precision,
+    source_name,
+)
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime import Engine, EngineConfig
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
-from encoderrt.runtime.settings import declared, setting
+from encoderrt.runtime.settings import check_choices, declared, declared_setting, setting
 from encoderrt.server.registry import ModelRegistry
 
 log = logging.getLogger("encoderrt.server")
@@ -35,10 +43,10 @@ class ModelSpec:
     default_prompt_name: str | None = setting(
         None, "the prompt the model applies by default, over its folder's ('' for none; TEI's --default-prompt-name)",
         metavar="NAME", per_model=True, shown="the folder's")
-    compile_precision: CachePrecision = setting(
-        "auto", "what a model folder compiles to on first use: auto, fastest (bf16 held to its own tolerance where "
-        "this CPU computes it), fp32, bf16 or int8, as compile-model's --precision; an artifact is served as built",
-        metavar="PRECISION", per_model=True)
+    compile_precision: CachePrecision = setting("auto", PRECISION_HELP, metavar="PRECISION", per_model=True)
+
+    def __post_init__(self) -> None:
+        check_choices(self)
 
     @classmethod
     def each(cls, paths: list[Path | None], per_model: dict[str, list]) -> list["ModelSpec"]:
@@ -72,7 +80,8 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
     planned = []
     for spec in specs:
         own = _own_name(spec.path)  # checks the folder, so it runs even when a served name is given
-        _check_precision(spec)
+        # _own_name has read an artifact's manifest
+        check_precision(spec.path, spec.compile_precision, declared_setting(ModelSpec, "compile_precision").given_as())
         planned.append(PlannedModel(spec, spec.served_model_name or own))
     seen: dict[str, PlannedModel] = {}
     for model in planned:
@@ -82,18 +91,6 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
                              "give each a distinct --served-model-name")
         seen[model.name] = model
     return planned
-
-
-def _check_precision(spec: ModelSpec) -> None:
-    """An artifact is served at the precision it was built in: another asked of it is refused, not ignored."""
-    if spec.compile_precision == "auto" or spec.path is None or not (spec.path / MANIFEST_NAME).is_file():
-        return
-    built = read_manifest(spec.path, verify_files=False)  # readable: _own_name has read it
-    if built.precision != spec.compile_precision:
-        flag = next(item for item in declared(ModelSpec) if item.name == "compile_precision").given_as()
-        raise ValueError(f"{flag} {spec.compile_precision} applies to model folders, which compile on first use; "
-                         f"{spec.path} is an artifact built in {built.precision} on {built.target} "
-                         f"(compile-model --precision {spec.compile_precision} builds another)")
 
 
 def _own_name(path: Path | None) -> str:

@@ -246,3 +246,54 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
     assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path),
                  "--max-batch-tokens", "2048", "--shard-rows", "24"]) == 0
     assert len(list((tmp_path / "c").glob("part-*.parquet"))) == 2
+
+
+def test_a_folder_compiles_at_the_jobs_precision_and_an_artifact_is_used_as_built(tiny_models, minilm_fp32, tmp_path,
+                                                                                  capsys, monkeypatch):
+    from encoderrt.cli import main
+    from encoderrt.compile.cache import content_key
+    from encoderrt.runtime import Engine
+    from encoderrt.runtime.manifest import read_manifest
+
+    monkeypatch.setenv("ENCODERRT_CACHE", str(tmp_path / "cache"))
+    corpus = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in TEXTS[:40]))
+    folder = tiny_models["st-cls"]
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "int8"), "--model", str(folder),
+                 "--compile-precision", "int8"]) == 0
+    (artifact,) = (tmp_path / "cache").iterdir()
+    assert artifact.name == content_key(folder, "int8") and read_manifest(artifact).precision == "int8"
+    _, vectors, _ = read_output(tmp_path / "int8")
+    with Engine.load(artifact) as engine:
+        assert cosines(vectors, engine.embed(TEXTS[:40])).min() >= 0.998  # int8 rounds otherwise in other batches
+    capsys.readouterr()
+
+    # an fp32 artifact asked for bf16 would run in fp32 all the same: refused before any output is made
+    assert main(["embed", str(corpus), "-o", str(tmp_path / "bf16"), "--model", str(minilm_fp32.path),
+                 "--compile-precision", "bf16"]) == 2
+    assert (f"--compile-precision bf16 applies to model folders, which compile on first use; {minilm_fp32.path} is "
+            "an artifact built in fp32 on ") in capsys.readouterr().err
+    assert not (tmp_path / "bf16").exists()
+    with pytest.raises(ValueError, match="artifact built in fp32"):
+        embed_corpus(corpus, tmp_path / "bf16", minilm_fp32.path, compile_precision="bf16")
+
+
+def test_the_python_api_refuses_values_it_would_ignore(engine, corpus, tmp_path, minilm_fp32):
+    from encoderrt.jobs import Embeddings
+    from encoderrt.runtime import EngineConfig
+
+    # each of these ran before: xml wrote Parquet, "ignore" skipped as "skip" does
+    for settings, message in (({"output_format": "xml"}, "output_format must be 'parquet' or 'npy', got 'xml'"),
+                              ({"on_error": "ignore"}, "on_error must be 'skip' or 'fail', got 'ignore'"),
+                              ({"input_format": "xml"}, "input_format must be one of 'auto', 'jsonl', 'csv'"),
+                              ({"compile_precision": "fp16"}, "compile_precision must be one of 'auto', 'fastest'")):
+        with pytest.raises(ValueError, match=message):
+            embed_corpus(corpus, tmp_path / "out", engine=engine, **settings)
+    with pytest.raises(ValueError, match="precision must be one of 'float32', 'int8', 'uint8', 'binary' or 'ubinary'"):
+        embed_corpus(corpus, tmp_path / "out", engine=engine, kind=Embeddings(precision="int4"))
+    # an engine already loaded is the job's model: what would pick or build another is refused beside it
+    with pytest.raises(ValueError, match="model, config, compile_precision, ray: do not apply beside an engine"):
+        embed_corpus(corpus, tmp_path / "out", minilm_fp32.path, engine=engine, config=EngineConfig(),
+                     compile_precision="bf16", ray=True)
+    with pytest.raises(ValueError, match="^model: does not apply beside an engine already loaded"):
+        embed_corpus(corpus, tmp_path / "out", minilm_fp32.path, engine=engine)
+    assert not (tmp_path / "out").exists()

@@ -267,7 +267,7 @@ def test_serve_compiles_a_folder_at_the_precision_asked_once_per_model(tiny_mode
     assert artifact.name == content_key(folder, "int8") and read_manifest(artifact).precision == "int8"
     with Engine.load(artifact, max_batch_tokens=512) as engine:
         expected = engine.embed(texts)
-    assert cosine_pairs(np.array([d["embedding"] for d in served["data"]]), expected).min() >= 0.9999
+    assert cosine_pairs(np.array([d["embedding"] for d in served["data"]]), expected).min() >= 0.998  # int8's batches
     log = process.stdout.read()
     assert "serving tiny (embed, int8)" in log and "serving minilm (embed, fp32)" in log
 
