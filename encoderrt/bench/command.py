@@ -17,10 +17,11 @@ from encoderrt.bench.flops import flops_per_token
 from encoderrt.bench.references import Reference
 from encoderrt.bench.report import Report
 from encoderrt.bench.workloads import Workload
-from encoderrt.compile.cache import artifact_for
+from encoderrt.compile.cache import CachePrecision, FolderCompile, artifact_for, check_precision
 from encoderrt.runtime import Engine
 from encoderrt.runtime.engine import EngineInfo
 from encoderrt.runtime.manifest import Manifest
+from encoderrt.runtime.settings import declared_setting
 from encoderrt.versions import package_versions
 
 SERVED_MODES = {"http", "grpc"}
@@ -51,6 +52,8 @@ class BenchOptions:
     url: str | None = None
     """http mode against a server already serving this model there (Ray Serve's proxy, a load balancer) instead of
     an `encoderrt serve` the bench starts."""
+    compile_precision: CachePrecision = "auto"
+    """What a model folder compiles to (cache.FolderCompile): as serve and the jobs take it, the artifact they run."""
 
 
 def run_bench(options: BenchOptions, console: Console | None = None) -> int:
@@ -62,7 +65,9 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     _check_writable(out, "the report")  # before minutes of measuring, not after them
     if options.write_baseline:
         _check_writable(options.write_baseline.parent, "the baseline")
-    artifact, name = artifact_for(options.target)
+    check_precision(options.target, options.compile_precision,
+                    declared_setting(FolderCompile, "compile_precision").given_as())
+    artifact, name = artifact_for(options.target, precision=options.compile_precision)
     engine = runners.load_engine(artifact, options.max_batch_tokens)
     try:
         report = _measure(options, engine, artifact, name or engine.info.name, user_texts, console)

@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from encoderrt.cli import common
+from encoderrt.compile.cache import FolderCompile
 from encoderrt.compile.errors import CompileError
+from encoderrt.runtime import settings
 
 HELP = "performance report and regression check"
 
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-baseline", type=Path, default=None, metavar="BASELINE.json")
     parser.add_argument("--texts", type=Path, default=None, metavar="FILE", help="your own texts: one per line, or JSONL")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N")
+    settings.add_arguments(parser, FolderCompile)
     parser.add_argument("--scale", type=float, default=1.0, help="workload size factor")
     parser.add_argument("--url", default=None, metavar="URL",
                         help="http mode against a server already serving this model at URL (e.g. `encoderrt serve --ray`)")
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         scale=args.scale,
         repeat=args.repeat,
         url=args.url.rstrip("/") if args.url else None,
+        compile_precision=args.compile_precision,
     )
     try:
         return run_bench(options, console)

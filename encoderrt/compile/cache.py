@@ -21,6 +21,7 @@ from encoderrt.compile import leftovers
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.cpu import bf16_instructions
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest, sha256_file
+from encoderrt.runtime.settings import setting
 
 log = logging.getLogger("encoderrt.compile")
 
@@ -36,7 +37,15 @@ CachePrecision = Literal["auto", "fastest", "fp32", "bf16", "int8"]
 PRECISION_HELP = ("what a model folder compiles to on first use: auto, fastest (bf16 held to its own tolerance where "
                   "this CPU computes it), fp32, bf16 or int8, as compile-model's --precision; an artifact is used as "
                   "built")
-"""The help of serve's and the jobs' --compile-precision, which mean the same."""
+"""The help of serve's, the jobs' and bench's --compile-precision, which mean the same."""
+
+
+@dataclass(frozen=True)
+class FolderCompile:
+    """How a model folder given to `bench` compiles on first use. `serve` declares the same once per MODEL
+    (ModelSpec), the jobs in their JobSettings (the Python API's keywords); all three read one variable."""
+
+    compile_precision: CachePrecision = setting("auto", PRECISION_HELP)
 
 
 @dataclass(frozen=True)

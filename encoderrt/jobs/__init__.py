@@ -27,10 +27,10 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
 
     `model`: an artifact folder, a model folder (compiled once) or None for the bundled all-MiniLM-L6-v2. `kind`:
     what to compute (default `Embeddings()`; `SparseWeights()`, `TokenVectors()`, `PairScores()`); `settings`:
-    JobSettings' fields (`text_field`, `id_field`, `shard_rows`, `output_format`, `on_error` ...). An `engine`
-    already loaded is used as it is (its artifact is the model; `model`, `config`, `compile_precision` and `ray` are
-    refused beside it); `ray=True` (or a `RayPlacement`: actors, CPUs
-    each, the cluster's address) runs on Ray Data instead.
+    JobSettings' fields (`text_field`, `id_field`, `shard_rows`, `output_format`, `on_error`, `compile_precision`
+    ...). An `engine` already loaded is used as it is (its artifact is the model; `model`, `config`,
+    `compile_precision` and `ray` are refused beside it); `ray=True` (or a `RayPlacement`: actors, CPUs each, the
+    cluster's address) runs on Ray Data instead.
     """
     job = JobSettings(**settings)
     kind = kind or Embeddings()

@@ -80,7 +80,7 @@ def plan_models(specs: list[ModelSpec]) -> list[PlannedModel]:
     planned = []
     for spec in specs:
         own = _own_name(spec.path)  # checks the folder, so it runs even when a served name is given
-        # _own_name has read an artifact's manifest
+        # an artifact's manifest is readable here: _own_name has read it
         check_precision(spec.path, spec.compile_precision, declared_setting(ModelSpec, "compile_precision").given_as())
         planned.append(PlannedModel(spec, spec.served_model_name or own))
     seen: dict[str, PlannedModel] = {}

@@ -509,3 +509,24 @@ def test_a_multi_vector_model_is_benched_against_multi_vector_encoder(tiny_dir, 
         assert row["tokens_per_s"] > 0 and row["ratio_to_reference"] > 0
     (name,) = {p["name"] for kinds in report["references"].values() for passes in kinds.values() for p in passes}
     assert name == "MultiVectorEncoder.encode + MaxSim fp32, batch 32"
+
+
+def test_bench_compiles_a_folder_at_the_precision_serve_would_and_refuses_it_of_an_artifact(tiny_models,
+                                                                                          tiny_artifacts, tmp_path,
+                                                                                          capsys, monkeypatch):
+    from encoderrt.compile.cache import content_key
+    from encoderrt.runtime.manifest import read_manifest
+
+    monkeypatch.setenv("ENCODERRT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    code = main(["bench", str(tiny_models["st-cls"]), "--compile-precision", "int8", "--workload", "queries",
+                 "--concurrency", "2", "--duration", "0", "--scale", "0.05", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    (artifact,) = (tmp_path / "cache").iterdir()
+    assert artifact.name == content_key(tiny_models["st-cls"], "int8")
+    assert json.loads((out / "report.json").read_text())["model"]["precision"] == "int8"
+    capsys.readouterr()
+    built = read_manifest(tiny_artifacts["st-cls"]).precision
+    asked = "int8" if built != "int8" else "fp32"
+    assert main(["bench", str(tiny_artifacts["st-cls"]), "--compile-precision", asked, "--out", str(out)]) == 2
+    assert f"--compile-precision {asked} applies to model folders" in capsys.readouterr().err
