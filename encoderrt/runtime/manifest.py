@@ -250,7 +250,11 @@ def read_manifest(artifact_dir: str | Path, verify_files: bool = True) -> Manife
     if not folder.is_dir():
         raise ManifestError(f"artifact folder not found: {folder}")
     if not path.is_file():
-        raise ManifestError(f"{folder} is not an encoderrt artifact: it has no {MANIFEST_NAME}")
+        hint = ""
+        if (folder / "config.json").is_file():  # a Hugging Face or sentence-transformers folder, not yet compiled
+            hint = (f"; it is a model folder: compile it (compile-model {folder} --output ARTIFACT_DIR), or give it to "
+                    "`encoderrt serve`, `embed` or `bench`, which compile a folder once into their cache")
+        raise ManifestError(f"{folder} is not an encoderrt artifact: it has no {MANIFEST_NAME}{hint}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -182,9 +182,14 @@ def test_truncation_on_and_off(ce_engine, minilm_engine):
     assert len(cut) == 64 and cut[: len(ce_engine.tokenize(query))] == ce_engine.tokenize(query)
 
 
-def test_load_errors(tmp_path):
-    with pytest.raises(ManifestError, match="no manifest.json"):
+def test_load_errors(tmp_path, tiny_models):
+    with pytest.raises(ManifestError, match="no manifest.json$"):
         Engine.load(tmp_path)
+    # a model folder is not loaded as it is: the error says how it becomes an artifact
+    folder = tiny_models["st-cls"]
+    with pytest.raises(ManifestError, match=rf"no manifest.json; it is a model folder: compile it \(compile-model "
+                                            rf"{folder} --output ARTIFACT_DIR\), or give it to `encoderrt serve`"):
+        Engine.load(folder)
 
 
 # -- the scheduler --------------------------------------------------------------------------
