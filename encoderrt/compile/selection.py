@@ -164,8 +164,9 @@ def _faster_held_back(held_back: list[dict[str, Any]], chosen: dict[str, Any]) -
     best = max(faster, key=lambda r: r["tokens_per_s"])
     return (f"{best['precision']} on {best['target']} ran {best['tokens_per_s'] / chosen['tokens_per_s']:.1f}x as "
             f"fast as the chosen {chosen['precision']} on {chosen['target']} and meets its own {best['precision']} "
-            f"tolerance; --precision fastest takes it where a CPU computes {best['precision']} natively (fp32 "
-            f"elsewhere), --target {best['target']} --precision {best['precision']} builds it")
+            f"tolerance; --precision fastest (serve, embed and bench: --compile-precision fastest) takes it where a "
+            f"CPU computes {best['precision']} natively (fp32 elsewhere), --target {best['target']} --precision "
+            f"{best['precision']} builds it")
 
 
 def _alternating(built: Built, ok: list[int], batches: list[Batch]) -> tuple[dict[int, float], dict[int, str]]:

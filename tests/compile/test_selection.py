@@ -131,7 +131,8 @@ def test_bf16_is_chosen_only_where_it_meets_the_lossless_tier(tiny_models, tmp_p
     assert result.manifest.parity["max_abs_score_diff"] <= 1e-3
     speedup = bf16["tokens_per_s"] / records[("openvino", "fp32")]["tokens_per_s"]
     assert f"bf16 on openvino ran {speedup:.1f}x as fast as the chosen fp32 on openvino" in notes[-1]
-    assert "--precision fastest takes it where a CPU computes bf16 natively" in notes[-1]
+    assert ("--precision fastest (serve, embed and bench: --compile-precision fastest) takes it where a CPU computes "
+            "bf16 natively") in notes[-1]
     assert notes[-1].endswith("--target openvino --precision bf16 builds it")
 
 
