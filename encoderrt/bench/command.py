@@ -17,7 +17,7 @@ from encoderrt.bench.flops import flops_per_token
 from encoderrt.bench.references import Reference
 from encoderrt.bench.report import Report
 from encoderrt.bench.workloads import Workload
-from encoderrt.compile.cache import CachePrecision, FolderCompile, artifact_for, check_precision
+from encoderrt.compile.cache import CachePrecision, FolderCompile, artifact_for
 from encoderrt.runtime import Engine
 from encoderrt.runtime.engine import EngineInfo
 from encoderrt.runtime.manifest import Manifest
@@ -65,9 +65,8 @@ def run_bench(options: BenchOptions, console: Console | None = None) -> int:
     _check_writable(out, "the report")  # before minutes of measuring, not after them
     if options.write_baseline:
         _check_writable(options.write_baseline.parent, "the baseline")
-    check_precision(options.target, options.compile_precision,
-                    declared_setting(FolderCompile, "compile_precision").given_as())
-    artifact, name = artifact_for(options.target, precision=options.compile_precision)
+    artifact, name = artifact_for(options.target, precision=options.compile_precision,
+                                  asked_as=declared_setting(FolderCompile, "compile_precision").given_as())
     engine = runners.load_engine(artifact, options.max_batch_tokens)
     try:
         report = _measure(options, engine, artifact, name or engine.info.name, user_texts, console)

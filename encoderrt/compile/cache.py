@@ -86,12 +86,13 @@ def content_key(folder: Path, precision: CachePrecision = "auto") -> str:
     return digest.hexdigest()[:16]
 
 
-def artifact_for(path: Path | None, reporter: StepReporter | None = None,
-                 precision: CachePrecision = "auto") -> tuple[Path, str | None]:
+def artifact_for(path: Path | None, reporter: StepReporter | None = None, precision: CachePrecision = "auto",
+                 asked_as: str = "compile_precision") -> tuple[Path, str | None]:
     """The artifact for an artifact folder, a model folder (compiled into the cache once, at `precision` on the
-    fastest CPU target) or None (the bundled model); and the model's name (None: the artifact's manifest's)."""
+    fastest CPU target) or None (the bundled model); and the model's name (None: the artifact's manifest's). An
+    artifact asked for another precision is refused (check_precision, naming it `asked_as`)."""
     if path is not None and (path / MANIFEST_NAME).is_file():
-        check_precision(path, precision)
+        check_precision(path, precision, asked_as)
         return path, None
     from encoderrt.compile import CompileOptions, compile_model
 

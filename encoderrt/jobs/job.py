@@ -136,12 +136,11 @@ def load_engine(model: str | Path | None, job: JobSettings, config: EngineConfig
 def job_artifact(model: str | Path | None, job: JobSettings, reporter=None) -> tuple[Path, str | None]:
     """The artifact a job runs: an artifact folder as built, a model folder compiled into the cache once at
     the job's `compile_precision`, or None (the bundled model); problems are ValueErrors naming them."""
-    from encoderrt.compile.cache import artifact_for, check_precision
+    from encoderrt.compile.cache import artifact_for
 
-    path = None if model is None else Path(model)
-    check_precision(path, job.compile_precision, declared_setting(JobSettings, "compile_precision").given_as())
     try:
-        return artifact_for(path, reporter, job.compile_precision)
+        return artifact_for(None if model is None else Path(model), reporter, job.compile_precision,
+                            declared_setting(JobSettings, "compile_precision").given_as())
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
 

@@ -24,6 +24,7 @@ from encoderrt.compile.cache import (
 )
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime import Engine, EngineConfig
+from encoderrt.runtime.heap import freeze_startup_heap
 from encoderrt.runtime.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from encoderrt.runtime.settings import check_choices, declared, declared_setting, setting
 from encoderrt.server.registry import ModelRegistry
@@ -124,6 +125,8 @@ def _name_in_folder(path: Path | None) -> str:
 
 
 def load_models(planned: list[PlannedModel], config: EngineConfig, registry: ModelRegistry) -> None:
+    """`encoderrt serve`'s loader, run in its loading thread: the process is the server's own, so its start-up heap
+    is frozen (runtime/heap.py) before the registry reports ready, as a Ray Serve replica's is."""
     for model in planned:
         registry.set_step(model.name, "waiting")
     for model in planned:
@@ -139,4 +142,6 @@ def load_models(planned: list[PlannedModel], config: EngineConfig, registry: Mod
         log.info("serving %s (%s, %s) from %s; batch budget %d tokens (%d while the queue is deep)", name,
                  engine.info.task, engine.info.precision, artifact, engine.info.max_batch_tokens,
                  engine.info.deep_batch_tokens)
+    # the one full collection the freeze runs pauses the process: before the first request, not during it
+    log.info("start-up heap frozen: %d objects out of the garbage collector's scans", freeze_startup_heap())
     registry.mark_ready()

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from encoderrt.runtime.heap import freeze_startup_heap
 from encoderrt.server.app import create_app
 from encoderrt.server.connections import uvicorn_config
 from encoderrt.server.loading import PlannedModel, load_models
@@ -17,7 +16,6 @@ from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
 INTERRUPTED = 130
-log = logging.getLogger("encoderrt.server")
 
 
 class _Server(uvicorn.Server):
@@ -47,11 +45,8 @@ def run_server(settings: ServerSettings, models: list[PlannedModel]) -> int:
         if server is not None:
             server.should_exit = True
 
-    def load() -> None:
-        load_models(models, settings.engine, registry)
-        log.info("start-up heap frozen: %d objects out of the garbage collector's scans", freeze_startup_heap())
-
-    app = create_app(settings, registry, load=load, on_load_failure=on_load_failure)
+    app = create_app(settings, registry, load=lambda: load_models(models, settings.engine, registry),
+                     on_load_failure=on_load_failure)
     server = _Server(uvicorn_config(app, settings, access_log=False, log_level="info"))
     server.run()
     cut_off = app.state.metrics.cut_off_requests
