@@ -6,6 +6,7 @@ default 0.02 every input gives nearly the same vector and a comparison would pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 CORPUS_WORDS = (
@@ -177,7 +178,8 @@ def roberta_checkpoint(folder: Path, num_labels: int | None, max_positions: int 
     return folder
 
 
-_DECODER_CONFIGS = {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig", "llama": "LlamaConfig"}
+_DECODER_CONFIGS = {"qwen3": "Qwen3Config", "qwen2": "Qwen2Config", "mistral": "MistralConfig", "llama": "LlamaConfig",
+                    "gemma": "GemmaConfig"}
 
 
 def _decoder_config(family: str, tokenizer, small: dict, **extra):
@@ -367,27 +369,48 @@ QWEN3_RERANKER_TEMPLATE = (
 prompt) is the instruction, else the model card's default one."""
 
 
+BGE_GEMMA_RERANKER_TEMPLATE = (
+    "{%- set instruction = messages | selectattr('role', 'eq', 'system') | map(attribute='content') | first "
+    "| default(\"Given a query A and a passage B, determine whether the passage contains an answer to the query by "
+    "providing a prediction of either 'Yes' or 'No'.\") -%}"
+    "{{ bos_token }}A: {{ messages | selectattr('role', 'eq', 'query') | map(attribute='content') | first }}\n"
+    "B: {{ messages | selectattr('role', 'eq', 'document') | map(attribute='content') | first }}\n"
+    "{{ instruction }}")
+"""bge-reranker-v2-gemma's prompt (query, passage, then the instruction) as a chat template over sentence-transformers'
+pair roles, after the tokenizer's beginning-of-text token; the request's prompt replaces the model card's
+instruction."""
+
+
 def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320, saved_by_sentence_transformers: bool = True,
-                           chat_template: str | None = QWEN3_RERANKER_TEMPLATE, answers: bool = True, **sizes) -> Path:
-    """A Qwen3-Reranker-shaped folder: Qwen3ForCausalLM with tied embeddings and the chat template above, saved by
-    sentence-transformers' CrossEncoder (Transformer -> LogitScore on "yes" and "no"), or left bare. Its template
-    alone takes about 200 of the tiny tokenizer's tokens, hence the longer limit. `sizes` override _small's (the
-    0.6B shape for benchmarks; `head_dim` among them)."""
+                           chat_template: str | None = QWEN3_RERANKER_TEMPLATE, answers: bool = True,
+                           family: str = "qwen3", scored_by_no: bool = True, bos_token: str | None = None,
+                           **sizes) -> Path:
+    """A Qwen3-Reranker-shaped folder: Qwen3ForCausalLM (`family`'s causal LM) with tied embeddings and the chat
+    template above, saved by sentence-transformers' CrossEncoder (Transformer -> LogitScore on "yes" and "no", or on
+    "yes" alone without `scored_by_no`, as bge-reranker-v2-gemma scores), or left bare. Its template alone takes about
+    200 of the tiny tokenizer's tokens, hence the longer limit. `sizes` override _small's (the 0.6B shape for
+    benchmarks; `head_dim` among them); `bos_token`: one of DECODER_SPECIAL as the tokenizer's beginning-of-text
+    token (Gemma's tokenizers have one; its templates start with it)."""
     import torch
-    import transformers
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
     tokenizer = _decoder_tokenizer(max_positions, append_eos=False, answers=answers)
     tokenizer.chat_template = chat_template
-    config = _decoder_config("qwen3", tokenizer, _small(**sizes), vocab_size=len(tokenizer),
+    if bos_token is not None:
+        tokenizer.bos_token = bos_token
+    config = _decoder_config(family, tokenizer, _small(**sizes), vocab_size=len(tokenizer),
                              max_position_embeddings=max_positions, tie_word_embeddings=True)
     bare = folder.with_name(folder.name + "-bare") if saved_by_sentence_transformers else folder
-    transformers.Qwen3ForCausalLM(config).save_pretrained(bare)
+    AutoModelForCausalLM.from_config(config).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
     if saved_by_sentence_transformers:
         from sentence_transformers import CrossEncoder
 
         CrossEncoder(str(bare), device="cpu", local_files_only=True).save(str(folder))
+        if not scored_by_no:
+            module = folder / "1_LogitScore" / "config.json"
+            module.write_text(json.dumps({**json.loads(module.read_text()), "false_token_id": None}))
     return folder
 
 
@@ -452,7 +475,6 @@ def bge_m3_folder(folder: Path, seed: int = 7, colbert_dim: int | None = None, *
     sentence-transformers, with FlagEmbedding's two heads beside its weights, as torch Linear state dicts:
     colbert_linear.pt (hidden -> `colbert_dim`, the hidden size by default, as bge-m3's) and sparse_linear.pt
     (hidden -> 1), both random."""
-    import json
 
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -477,7 +499,6 @@ def pylate_folder(folder: Path, seed: int = 8, dim: int = 24, query_length: int 
     as tokens and the mask token as padding, modules.json listing the Transformer and a pylate Dense, and the rest at
     the top level of config_sentence_transformers.json (model_type "ColBERT", prefixes, lengths, expansion,
     skip-list). sentence-transformers' MultiVectorEncoder reads it through its PyLate fix-ups."""
-    import json
     import string
 
     import torch

@@ -1,7 +1,7 @@
-"""Decoders (Qwen3, Qwen2, Mistral, Llama): Qwen3-Embedding's folder (last-token pooling after the end-of-text token
-its tokenizer appends, an instruction prompt for queries, Normalize) and a sequence-classification reranker on tiny
-random checkpoints, against sentence-transformers, with the tokenizer padding on either side, mixed lengths, texts
-past the limit; attention runs causal with no mask in either graph."""
+"""Decoders (Qwen3, Qwen2, Mistral, Llama, Gemma): Qwen3-Embedding's folder (last-token pooling after the end-of-text
+token its tokenizer appends, an instruction prompt for queries, Normalize) and sequence-classification and causal-LM
+rerankers on tiny random checkpoints, against sentence-transformers, with the tokenizer padding on either side, mixed
+lengths, texts past the limit; attention runs causal with no mask in either graph."""
 
 import json
 import shutil
@@ -35,7 +35,7 @@ def sources(tiny_dir):
                                                         family=family, prompts=QWEN3_PROMPTS, seed=i,
                                                         decoder_tokenizer={"padding_side": side})
         for i, (family, side) in enumerate([("qwen3", "left"), ("qwen3", "right"), ("qwen2", "left"),
-                                            ("mistral", "left"), ("llama", "left")])
+                                            ("mistral", "left"), ("llama", "left"), ("gemma", "left")])
     }
     # Qwen3-0.6B's layout: query heads x head width (4 x 16) twice the hidden size
     folders["qwen3", "score"] = tm.family_checkpoint(root / "qwen3-seq-cls", "qwen3", num_labels=1, seed=9, head_dim=16)
@@ -43,7 +43,8 @@ def sources(tiny_dir):
 
 
 COMPILED = [("qwen3", "left", "cpu"), ("qwen3", "left", "openvino"), ("qwen3", "right", "cpu"),
-            ("qwen2", "left", "cpu"), ("mistral", "left", "openvino"), ("llama", "left", "cpu")]
+            ("qwen2", "left", "cpu"), ("mistral", "left", "openvino"), ("llama", "left", "cpu"),
+            ("gemma", "left", "cpu"), ("gemma", "left", "openvino")]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +178,10 @@ INSTRUCTION = "find the passage about a fox"
 def rerankers(tiny_dir):
     root = tiny_dir / "causal-rerankers"
     return {"st": tm.causal_reranker_folder(root / "qwen3-reranker"),
-            "bare": tm.causal_reranker_folder(root / "qwen3-reranker-bare", seed=4, saved_by_sentence_transformers=False)}
+            "bare": tm.causal_reranker_folder(root / "qwen3-reranker-bare", seed=4, saved_by_sentence_transformers=False),
+            "gemma": tm.causal_reranker_folder(root / "gemma-reranker", seed=5, max_positions=160, family="gemma",
+                                               chat_template=tm.BGE_GEMMA_RERANKER_TEMPLATE, scored_by_no=False,
+                                               bos_token=tm.DECODER_SPECIAL[1])}
 
 
 @pytest.mark.parametrize(("folder", "target"), [("st", "cpu"), ("st", "openvino"), ("bare", "cpu")])
@@ -215,6 +219,42 @@ def test_causal_lm_reranker_matches_the_cross_encoder(folder, target, rerankers,
     reference = model.preprocess([RERANK_PAIRS[-1]])["input_ids"][0].tolist()
     assert len(cut) == manifest.max_length == 320 and cut == reference
     assert model.tokenizer.decode(cut).endswith("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n")
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_gemma_reranker_scored_by_one_token_matches_the_cross_encoder(target, rerankers, compile_artifact, tmp_path):
+    """bge-reranker-v2-gemma's kind: Gemma's causal LM (GeGLU, its embeddings scaled by the square root of the hidden
+    size) scored by the logit of "yes" alone (LogitScore without a false token), after a template that puts the
+    instruction last and starts with the tokenizer's beginning-of-text token; with and without a request's
+    instruction, batched and pair by pair, a pair past the limit cut as sentence-transformers cuts it."""
+    from sentence_transformers import CrossEncoder
+
+    folder = rerankers["gemma"]
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    manifest = result.manifest
+    assert (manifest.model_type, manifest.task, manifest.activation, manifest.shape.output_dim) == (
+        "gemma", "score", "sigmoid", 1)
+    assert manifest.fused_ops.get("Gelu" if target == "openvino" else "FastGelu") == manifest.shape.num_layers
+    assert _causal_attention_without_masks(result.path) == manifest.shape.num_layers
+    model = CrossEncoder(str(folder), device="cpu")
+    assert model[1].false_token_id is None
+    queries, documents = [p[0] for p in RERANK_PAIRS], [p[1] for p in RERANK_PAIRS]
+    with Engine.load(result.path) as engine:
+        for prompt in (None, INSTRUCTION):
+            logits = model.predict(RERANK_PAIRS, prompt=prompt, activation_fn=torch.nn.Identity())
+            raw = engine.score(queries, documents, prompt=prompt, activation=False)
+            np.testing.assert_allclose(raw, logits, atol=1e-3)
+            np.testing.assert_allclose(engine.score(queries, documents, prompt=prompt),
+                                       model.predict(RERANK_PAIRS, prompt=prompt), atol=1e-5)
+            alone = [engine.score(query, document, prompt=prompt, activation=False)[0]
+                     for query, document in RERANK_PAIRS]
+            np.testing.assert_allclose(alone, logits, atol=1e-3)
+        assert np.abs(logits - model.predict(RERANK_PAIRS, activation_fn=torch.nn.Identity())).max() > 1e-2
+        assert logits.std() > 0.05
+        cut = engine.tokenize(queries[-1], documents[-1])
+    reference = model.preprocess([RERANK_PAIRS[-1]])["input_ids"][0].tolist()
+    assert len(cut) == manifest.max_length == 160 and cut == reference
+    assert cut[0] == model.tokenizer.bos_token_id != model.tokenizer.pad_token_id
 
 
 def test_causal_lm_reranker_keeps_its_ranking_in_bf16(rerankers, compile_artifact, tmp_path):

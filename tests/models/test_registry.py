@@ -11,11 +11,11 @@ def test_families():
     assert roberta.max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
-    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert",
+    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert", "gemma",
                                        "gemma3_text", "gte", "jina_embeddings_v3", "llama", "mistral", "modernbert",
                                        "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "xlm-roberta"]
-    assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma3_text", "eurobert")] == [
-        True, True, True, True, False, False]
+    assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma", "gemma3_text",
+                                                  "eurobert")] == [True, True, True, True, True, False, False]
 
 
 def test_config_aliases_fill_the_bert_names():
@@ -34,6 +34,9 @@ def test_expected_gelus_count_the_head():
     eurobert, nomic = find_architecture("eurobert"), find_architecture("nomic_bert")
     assert (eurobert.expected_gelus("score", 12), nomic.expected_gelus("embed", 12), nomic.expected_gelus("score", 12)) == (
         1, 0, 0)
+    # decoders: SwiGLU, but Gemma's GeGLU gates with a (tanh) GELU in every layer
+    qwen3, gemma = find_architecture("qwen3"), find_architecture("gemma")
+    assert (qwen3.expected_gelus("embed", 4), gemma.expected_gelus("embed", 4)) == (0, 4)
 
 
 def test_unknown_family_names_the_supported_ones():
@@ -49,3 +52,9 @@ def test_family_variants_a_file_cannot_compile_are_named():
     assert gte.unsupported({"type_vocab_size": 0}) is None and gte.unsupported({"type_vocab_size": 1}) is None
     assert "type_vocab_size 2" in gte.unsupported({"type_vocab_size": 2})
     assert find_architecture("bert").unsupported is None
+    gemma = find_architecture("gemma")  # a decoder's own refusals come before the shared one (model code of its own)
+    assert gemma.unsupported({"use_bidirectional_attention": None}) is None
+    assert "use_bidirectional_attention" in gemma.unsupported({"use_bidirectional_attention": True,
+                                                                "auto_map": {"AutoModel": "x.Model"}})
+    assert "auto_map" in gemma.unsupported({"auto_map": {"AutoModel": "x.Model"}})
+    assert "auto_map" in find_architecture("qwen3").unsupported({"auto_map": {"AutoModel": "x.Model"}})
