@@ -68,6 +68,11 @@ alone raised p50 at 300 requests/s from 10.8-15.2 to 17.6-19.4 ms (work arrived 
 with a stream idle); with this rule it is 10.9-12.6 ms, and at 50/s p50 is 6.8-7.6 ms against 8.1-9.5."""
 
 
+UNEXPECTED = "the engine failed on this request; the server log has the cause"
+"""What the callers of rows hear when the batching loop itself fails on them (not the backend: InferenceFailed's own
+message names that)."""
+
+
 @dataclass(frozen=True)
 class Completed:
     outputs: list[np.ndarray] | list[dict[str, np.ndarray]]
@@ -221,6 +226,10 @@ class Scheduler:
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
+        for index, tokens in enumerate(rows):
+            if not tokens.ids:  # a decoder's tokenizer may add no token of its own to an empty text
+                raise InvalidRequest(f"input {index} has no tokens to run: an empty text, to which this model's "
+                                     "tokenizer adds none of its own; send some text")
         if len(rows) > self.admission.max_items:
             raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self.admission.max_items} items)")
         with self._cond:
@@ -255,20 +264,41 @@ class Scheduler:
         atexit.unregister(self.close)
         with self._cond:
             self._closed = True
-            waiting = self._rows.clear()
             self._cond.notify_all()
-        closed = EngineClosed("the engine was closed before this request ran")
-        _settle_all([(ticket, None, closed) for row in waiting for ticket, _ in row.consumers])
+        self._fail_waiting(EngineClosed("the engine was closed before this request ran"))
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(timeout)
 
+    def _fail_waiting(self, error: BaseException) -> None:
+        """Answer every waiting row's callers with `error`."""
+        with self._cond:
+            waiting = self._rows.clear()
+            items = sum(len(row.consumers) for row in waiting)
+            self._pending_items -= items
+            self._stats.add(queue_depth=-items)
+        _settle_all([(ticket, None, error) for row in waiting for ticket, _ in row.consumers])
+
     def _loop(self, backend: Backend) -> None:
-        while (taken := self._next_batch(backend.capabilities.runs_alone)) is not None:
+        """A worker: batches until the engine closes. A fault of ours in forming or answering a batch fails the
+        requests it touched and the worker goes on: a worker that ended would leave every later request waiting."""
+        while True:
+            try:
+                taken = self._next_batch(backend.capabilities.runs_alone)
+            except Exception:  # noqa: BLE001 - see the docstring
+                log.exception("forming a batch failed; the waiting requests are failed and the engine goes on")
+                self._fail_waiting(InferenceFailed(UNEXPECTED))
+                continue
+            if taken is None:
+                return
             batch, alone, idle_since = taken
             ended = None
             try:
                 ended = self._run(backend, batch, alone)
+            except Exception:  # noqa: BLE001 - see the docstring (a backend's own failure is _run's to answer)
+                log.exception("answering a batch of %d rows failed; its requests are failed", len(batch))
+                error = InferenceFailed(UNEXPECTED)
+                _settle_all([(ticket, None, error) for row in batch for ticket, _ in row.consumers])
             finally:
                 with self._cond:
                     self._in_flight -= 1

@@ -155,6 +155,20 @@ def test_lossy_precisions_stay_close_to_sentence_transformers(target, precision,
     assert similarity.min() >= floor and similarity.mean() >= 0.995, (similarity.min(), similarity.mean())
 
 
+def test_an_empty_text_its_tokenizer_adds_nothing_to_is_refused_and_the_engine_goes_on(compile_artifact, tmp_path):
+    """A Qwen2 tokenizer that appends no end-of-text token leaves an empty text no token at all: such a row once
+    reached the batching loop, whose workers died on it, and every later request waited for ever."""
+    folder = tm.sentence_transformers_folder(tmp_path / "qwen2-no-eos", pooling="lasttoken", normalize=True,
+                                             family="qwen2", decoder_tokenizer={"append_eos": False})
+    result = compile_artifact(folder, tmp_path / "artifact", target="cpu")
+    with Engine.load(result.path) as engine:
+        assert engine.tokenize("") == []
+        for _ in range(2):  # one worker per core: each would have died on one
+            with pytest.raises(InvalidRequest, match="input 1 has no tokens to run: an empty text"):
+                engine.embed(["x", "", "y"])
+        assert np.array(engine.embed(["x", "y"])).shape == (2, result.manifest.shape.output_dim)
+
+
 def test_a_folder_with_its_own_model_code_is_refused(sources, compile_artifact, tmp_path):
     """gte-Qwen2's folder names code of its own (auto_map) that attends bidirectionally; transformers' Qwen2 class
     would serve other vectors, so it is refused by name, and nothing is written."""

@@ -415,6 +415,36 @@ def test_backend_failure_fails_only_its_batch(controlled, tiny_artifacts):
         assert engine.stats.snapshot()["failed_batches"] == 1
 
 
+@pytest.mark.parametrize("where", ["forming", "answering"])
+def test_a_fault_of_the_batching_loop_fails_its_requests_and_the_workers_go_on(where, tiny_artifacts, monkeypatch,
+                                                                                caplog):
+    """Not the backend's failure (above) but the loop's own, in cutting a batch from the queue or in handing out its
+    rows: the requests it touched fail, the log has the traceback, and the workers keep serving (a worker that died
+    left every later request waiting for ever)."""
+    from encoderrt.runtime.scheduler import _Ticket
+    from encoderrt.runtime.waiting import WaitingRows
+
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256) as engine:
+        target, name = (WaitingRows, "take") if where == "forming" else (_Ticket, "deliver")
+        real, faults = getattr(target, name), [RuntimeError(f"simulated fault in {where}")]
+
+        def faulty(self, *args):
+            if faults:
+                raise faults.pop()
+            return real(self, *args)
+
+        monkeypatch.setattr(target, name, faulty)
+
+        def embed(texts):  # a hang fails the test (the wait is cancelled) rather than stalling it
+            return asyncio.run(asyncio.wait_for(engine.aembed(texts), 10))
+
+        with pytest.raises(InferenceFailed, match="the engine failed on this request; the server log has the cause"):
+            embed(["this one meets the fault"])
+        assert embed(["the next one runs", "and so does its neighbour"]).shape == (2, 32)
+        assert engine.stats.snapshot()["queue_depth"] == 0
+    assert f"simulated fault in {where}" in caplog.text
+
+
 def test_closed_engine_refuses_work(tiny_artifacts):
     from encoderrt.runtime.errors import EngineClosed
 
