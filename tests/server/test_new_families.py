@@ -162,3 +162,15 @@ def test_qwen3_reranker_takes_an_instruction_on_each_rerank_and_score_route(sour
     assert score.status_code == 200, score.text
     logits = model.predict(pairs, prompt=instruction, activation_fn=__import__("torch").nn.Identity())
     np.testing.assert_allclose([d["score"] for d in score.json()["data"]], logits, atol=1e-3)
+
+
+@pytest.mark.parametrize(("route", "body"), [("/classify", {"input": ""}), ("/predict", {"inputs": ""})])
+def test_an_empty_text_a_decoders_tokenizer_leaves_no_token_is_a_400_and_the_server_goes_on(route, body, url):
+    """Qwen3-Reranker's tokenizer adds no token of its own: an empty text on a route that runs a lone text is a row of
+    no tokens, which once killed the batching workers and left every later request waiting. Sent once per worker."""
+    for _ in range(2):
+        refused = httpx.post(f"{url}{route}", json={"model": "qwen3_reranker", **body}, timeout=30)
+        assert refused.status_code == 400, refused.text
+        assert "input 0 has no tokens to run: an empty text" in refused.json()["error"]["message"]
+    answered = httpx.post(f"{url}/rerank", json={"model": "qwen3_reranker", "query": QUERY, "texts": TEXTS}, timeout=30)
+    assert answered.status_code == 200 and len(answered.json()) == len(TEXTS)
