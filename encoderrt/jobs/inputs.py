@@ -9,6 +9,7 @@ problem, so ids and shard boundaries never depend on which rows were bad.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import glob
 import json
@@ -143,9 +144,16 @@ def _has_surrogates(text: str) -> bool:
     return False
 
 
+BOM = codecs.BOM_UTF8
+"""What Windows tools (PowerShell, Excel's "CSV UTF-8", Notepad) write at the start of UTF-8 text: not part of the
+first row."""
+
+
 def _lines(path: Path, offset: int, keep_ends: bool = False) -> Iterator[tuple[bytes, int]]:
-    """Each line's bytes (without its end, unless `keep_ends`) and the offset after it."""
+    """Each line's bytes (without its end, unless `keep_ends`) and the offset after it; a file's BOM is skipped."""
     with path.open("rb") as file:
+        if offset == 0 and file.read(len(BOM)) == BOM:
+            offset = len(BOM)
         file.seek(offset)
         for line in file:
             offset += len(line)
@@ -203,7 +211,7 @@ def _delimited(delimiter: str):
 
 
 def _header(path: Path, delimiter: str) -> list[str]:
-    with path.open("r", encoding="utf-8", errors="surrogateescape", newline="") as file:
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as file:  # -sig: past a BOM
         return next(csv.reader(file, delimiter=delimiter), [])
 
 

@@ -111,6 +111,25 @@ def test_every_input_format_gives_the_same_rows(engine, reference, tmp_path):
         assert cosines(vectors, wanted).min() >= 0.99999, name
 
 
+def test_a_byte_order_mark_starting_a_file_is_not_part_of_its_first_row(engine, reference, tmp_path):
+    """Windows tools (PowerShell's Out-File, Excel's "CSV UTF-8") start UTF-8 text with a BOM: the first JSON line
+    was refused as invalid JSON, the CSV header's first column was not found, a text line carried it."""
+    rows = TEXTS[:3]
+    bom = "\ufeff"
+    (tmp_path / "in.jsonl").write_text(bom + "".join(json.dumps({"id": f"r{i}", "text": t}) + "\r\n"
+                                                     for i, t in enumerate(rows)), encoding="utf-8")
+    (tmp_path / "in.csv").write_text(bom + "id,text\r\n" + "".join(f"r{i},{t}\r\n" for i, t in enumerate(rows)),
+                                     encoding="utf-8")
+    (tmp_path / "in.txt").write_text(bom + "".join(t + "\n" for t in rows), encoding="utf-8")
+    for name in ("in.jsonl", "in.csv", "in.txt"):
+        out = tmp_path / f"out-{name}"
+        embed_corpus(tmp_path / name, out, engine=engine, **({} if name == "in.txt" else {"id_field": "id"}))
+        ids, vectors, _ = read_output(out)
+        assert ids == ([0, 1, 2] if name == "in.txt" else ["r0", "r1", "r2"]), name
+        assert not list(out.glob("*.rejected.jsonl")), name
+        assert cosines(vectors, reference[:3]).min() >= 0.99999, name
+
+
 def embed_corpus_row(engine, text: str) -> np.ndarray:
     return engine.embed([text])[0]
 
