@@ -126,7 +126,8 @@ class Corpus:
         for name in self.fields.values:
             value = record.get(name)
             if not isinstance(value, str):
-                kind = "missing" if value is None else f"a {type(value).__name__}, not a string"
+                kind = ("null" if name in record else "missing") if value is None else \
+                    f"a {type(value).__name__}, not a string"
                 return Row(number, identity, (), f"its {name} field is {kind}")
             if not value.strip():
                 return Row(number, identity, (), f"its {name} field is empty")

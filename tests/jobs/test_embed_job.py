@@ -150,19 +150,20 @@ def test_npy_output_and_a_folder_of_shards_as_input(engine, reference, tmp_path)
 def test_bad_rows_are_listed_with_their_ids_and_the_rest_embedded(engine, reference, tmp_path):
     lines = [json.dumps({"id": "ok0", "text": TEXTS[0]}), json.dumps({"id": "empty", "text": "  "}),
              json.dumps({"id": "number", "text": 5}), "{not json", json.dumps({"id": "none"}),
-             json.dumps(["a", "list"]), json.dumps({"id": "ok1", "text": TEXTS[1]})]
+             json.dumps(["a", "list"]), json.dumps({"id": "ok1", "text": TEXTS[1]}),
+             json.dumps({"id": "null", "text": None})]
     path = tmp_path / "bad.jsonl"
     path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"id": "latin1", "text": "caf\xe9"}\n')
     summary = embed_corpus(path, tmp_path / "out", engine=engine, id_field="id", shard_rows=4)
-    assert (summary.rows, summary.written, summary.rejected) == (8, 2, 6)
+    assert (summary.rows, summary.written, summary.rejected) == (9, 2, 7)
     ids, vectors, _ = read_output(tmp_path / "out")
     assert ids == ["ok0", "ok1"] and cosines(vectors, reference[:2]).min() >= 0.99999
     rejected = [json.loads(line) for f in summary.rejected_files for line in f.read_text().splitlines()]
     assert [(r["row"], r["id"]) for r in rejected] == [(1, "empty"), (2, "number"), (3, 3), (4, "none"), (5, 5),
-                                                      (7, 7)]
+                                                      (7, "null"), (8, 8)]
     problems = [r["problem"] for r in rejected]
     assert "empty" in problems[0] and "int" in problems[1] and "JSON" in problems[2] and "missing" in problems[3]
-    assert "UTF-8" in problems[5]
+    assert problems[5] == "its text field is null" and "UTF-8" in problems[6]
 
     with pytest.raises(JobFailed, match=r"row 1 \(id 'empty'\).*empty"):
         embed_corpus(path, tmp_path / "strict", engine=engine, id_field="id", shard_rows=4, on_error="fail")
