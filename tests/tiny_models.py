@@ -407,10 +407,10 @@ def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320
     if saved_by_sentence_transformers:
         from sentence_transformers import CrossEncoder
 
-        CrossEncoder(str(bare), device="cpu", local_files_only=True).save(str(folder))
+        model = CrossEncoder(str(bare), device="cpu", local_files_only=True)
         if not scored_by_no:
-            module = folder / "1_LogitScore" / "config.json"
-            module.write_text(json.dumps({**json.loads(module.read_text()), "false_token_id": None}))
+            model[1].false_token_id = None  # LogitScore saves its attributes as its config
+        model.save(str(folder))
     return folder
 
 

@@ -212,8 +212,9 @@ def _delimited(delimiter: str):
 
 
 def _header(path: Path, delimiter: str) -> list[str]:
-    with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as file:  # -sig: past a BOM
-        return next(csv.reader(file, delimiter=delimiter), [])
+    """The first record, read from the lines the rows are read from (past a BOM, as they are)."""
+    lines = (line.decode("utf-8", "surrogateescape") for line, _ in _lines(path, 0, keep_ends=True))
+    return next(csv.reader(lines, delimiter=delimiter), [])
 
 
 def _parquet(path: Path, offset: int, fields: Fields) -> Iterator[tuple[dict[str, Any] | str, int]]:
