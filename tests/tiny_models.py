@@ -334,7 +334,8 @@ def peft_sentence_transformer(folder: Path, tasks: tuple[str, ...] = JINA_TASKS)
 def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = False, max_seq_length: int = 48,
                                  family: str = "bert", dense: tuple[tuple[int, str], ...] = (),
                                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
-                                 include_prompt: bool = True, **checkpoint) -> Path:
+                                 include_prompt: bool = True, similarity_fn_name: str | None = None,
+                                 **checkpoint) -> Path:
     """A sentence-transformers model folder saved by sentence-transformers itself; `dense` adds Dense modules after
     pooling as (out_features, torch.nn activation class name)."""
     import torch
@@ -352,7 +353,8 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
         width = out_features
     if normalize:
         modules.append(models.Normalize())
-    SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name).save(str(folder))
+    SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name,
+                        similarity_fn_name=similarity_fn_name).save(str(folder))
     return folder
 
 

@@ -56,6 +56,7 @@ class Build:
             shape=self._shape(),
             pooling=source.pooling,
             normalize=source.normalize,
+            similarity=source.similarity,
             activation=source.activation,
             labels=source.labels,
             source={

@@ -21,11 +21,13 @@ from encoderrt.runtime.manifest import (
     LEXICAL_WEIGHTS,
     MULTI_VECTORS,
     POOLINGS,
+    SIMILARITIES,
     TOKEN_EMBEDDINGS,
     Activation,
     Hybrid,
     MultiVector,
     Pooling,
+    Similarity,
     Task,
 )
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
@@ -62,6 +64,8 @@ class SourceModel:
     normalize: bool
     activation: Activation
     labels: tuple[str, ...]
+    similarity: Similarity = "cosine"
+    """An embedding model's score of two texts: the folder's similarity_fn_name (runtime/postprocess.py)."""
     folder_pooling: Pooling | None = None
     """The pooling the sentence-transformers folder declares; parity uses it as reference when unchanged."""
     dense_folders: tuple[Path, ...] = ()
@@ -389,6 +393,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
+    similarity = _similarity(st_config, notes) if task == "embed" else "cosine"
     prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector", "hybrid")
                                     else ({}, None))
     answer_tokens = chat_template = None
@@ -411,6 +416,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         normalize=normalize,
         activation=_activation(folder, config, num_labels, task) if task in _HEADED else "identity",
         labels=labels if task in _HEADED else (),
+        similarity=similarity,
         folder_pooling=folder_pooling,
         dense_folders=dense_folders,
         prompts=prompts,
@@ -468,6 +474,17 @@ def _chat_template(weights_folder: Path) -> ChatTemplate:
                          "tokenizer_config.json's chat_template), which its pairs are rendered through")
     variables = {name: str(value) for name, value in tokenizer.special_tokens_map.items() if isinstance(value, str)}
     return ChatTemplate(template, variables)
+
+
+def _similarity(st_config: dict[str, Any], notes: list[str]) -> Similarity:
+    """The folder's similarity_fn_name; a name a SentenceTransformer does not take (a multi-vector save's "maxsim")
+    leaves cosine, as sentence-transformers leaves it."""
+    declared = st_config.get("similarity_fn_name")
+    if declared is None or declared in SIMILARITIES:
+        return declared or "cosine"
+    notes.append(f"similarity_fn_name '{declared}' is not one an embedding model scores by "
+                 f"({', '.join(SIMILARITIES)}): scores use cosine, as sentence-transformers' SentenceTransformer does")
+    return "cosine"
 
 
 def _prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:

@@ -58,6 +58,7 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
 def score_corpus(inputs: str | Path | list[str | Path], output: str | Path, model: str | Path | None = None, *,
                  activation: bool = True, prompt_name: str | None = None, **options: Any) -> Summary:
     """Score every (query, document) row of `inputs` (fields `query_field` and `document_field`) into `output`:
-    a cross-encoder's CrossEncoder.predict scores, or an embedding model's cosine. Options as `embed_corpus`'s."""
+    a cross-encoder's CrossEncoder.predict scores, or an embedding model's similarity (its folder's
+    similarity_fn_name, as model.similarity). Options as `embed_corpus`'s."""
     return embed_corpus(inputs, output, model, kind=PairScores(activation, prompt_name), **options)
 

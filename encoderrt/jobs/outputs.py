@@ -101,7 +101,8 @@ class TokenVectors(Output):
 
 @dataclass(frozen=True)
 class PairScores(Output):
-    """A cross-encoder's score of each query and document (CrossEncoder.predict's), or an embedding model's cosine."""
+    """A cross-encoder's score of each query and document (CrossEncoder.predict's), or an embedding model's
+    similarity."""
 
     name = "score"
     fields = 2

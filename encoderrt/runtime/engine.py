@@ -60,6 +60,8 @@ class EngineInfo:
     dimensions: int
     pooling: str | None
     normalize: bool
+    similarity: str
+    """How an embedding model scores two texts (Manifest.similarity)."""
     activation: str
     labels: tuple[str, ...]
     precision: str
@@ -154,6 +156,7 @@ class Engine:
             dimensions=manifest.shape.output_dim,
             pooling=manifest.pooling,
             normalize=manifest.normalize,
+            similarity=manifest.similarity,
             activation=manifest.activation,
             labels=manifest.labels,
             precision=manifest.precision,

@@ -22,11 +22,15 @@ Task = Literal["embed", "score", "classify", "sparse", "multi_vector", "hybrid"]
 Pooling = Literal["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", "splade_max", "splade_sum",
                   "splade_max_log1p_relu", "splade_sum_log1p_relu"]
 Activation = Literal["sigmoid", "softmax", "identity", "tanh", "relu"]
+Similarity = Literal["cosine", "dot", "euclidean", "manhattan"]
 Precision = Literal["fp32", "int8", "fp16", "bf16"]
 Layout = Literal["padded", "packed"]
 
 TASKS: tuple[str, ...] = ("embed", "score", "classify", "sparse", "multi_vector", "hybrid")
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+SIMILARITIES: tuple[str, ...] = ("cosine", "dot", "euclidean", "manhattan")
+"""sentence-transformers' similarity_fn_name values for a SentenceTransformer (euclidean and manhattan: the negative
+distance, so that a higher score is closer)."""
 TOKEN_EMBEDDINGS = "token_embeddings"
 """The second output of an embedding graph: every token's final hidden state [rows, width, hidden], before pooling
 (sentence-transformers' output_value="token_embeddings", TEI's /embed_all)."""
@@ -145,6 +149,9 @@ class Manifest:
     shape: ModelShape
     pooling: Pooling | None = None
     normalize: bool = False
+    similarity: Similarity = "cosine"
+    """How an embedding model scores a pair of texts (score and rerank): sentence-transformers' similarity_fn_name
+    from the folder, on the embeddings as encode returns them (normalised only where the model normalises)."""
     activation: Activation = "identity"
     """Score/classify activation applied by the runtime; the graph always returns raw logits."""
     labels: tuple[str, ...] = ()
@@ -227,6 +234,8 @@ class Manifest:
             raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
         if self.task == "hybrid" and self.hybrid is None:
             raise ManifestError("a hybrid manifest needs its hybrid rules")
+        if self.similarity not in SIMILARITIES:
+            raise ManifestError(f"manifest similarity {self.similarity!r} is not one of {SIMILARITIES}")
         if self.activation not in ACTIVATIONS:
             raise ManifestError(f"manifest activation {self.activation!r} is not one of {ACTIVATIONS}")
         if self.layout not in LAYOUTS:

@@ -1,6 +1,6 @@
-"""What happens to the graph's output rows after a batch: score activations and embedding shaping.
+"""What happens to the graph's output rows after a batch: score activations, embedding shaping and similarities.
 
-Activations are small functions chosen by name from the manifest (sentence-transformers' rule
+Activations and similarities are small functions chosen by name from the manifest (sentence-transformers' rule
 was applied at compile time); the graph itself always returns raw logits.
 """
 
@@ -49,6 +49,26 @@ def shape_embeddings(rows: np.ndarray, normalize: bool, dimensions: int | None) 
 
 def cosine_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return (l2_normalize(left) * l2_normalize(right)).sum(axis=-1)
+
+
+def dot_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    return (left * right).sum(axis=-1)
+
+
+def euclidean_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    difference = left - right
+    return -np.sqrt((difference * difference).sum(axis=-1))
+
+
+def manhattan_pairs(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    return -np.abs(left - right).sum(axis=-1)
+
+
+SIMILARITIES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "cosine": cosine_pairs, "dot": dot_pairs, "euclidean": euclidean_pairs, "manhattan": manhattan_pairs,
+}
+"""Row i of the left against row i of the right, by the manifest's similarity (sentence-transformers'
+similarity_pairwise): the distances negated, so that the higher score is always the closer pair."""
 
 
 def sparse_rows(rows: np.ndarray, top_k: int | None) -> list[list[tuple[int, float]]]:

@@ -57,7 +57,8 @@ class DecodeBody(RequestBody):
 
 @router.post("/similarity")
 async def similarity(body: SimilarityBody, request: Request) -> Response:
-    """Cosine similarity of the source sentence with each sentence, by the embedding model (as TEI)."""
+    """The similarity of the source sentence with each sentence, by the embedding model: cosine, as TEI answers,
+    unless the model's folder names another (sentence-transformers' model.similarity)."""
     started = time.perf_counter()
     served = common.resolve(request, None, "embed")
     common.check_items(request, body.inputs.sentences, "sentences")

@@ -14,7 +14,7 @@ from encoderrt.runtime import Engine
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.server.errors import NotReady, UnknownModel
 
-# which model tasks can answer each verb, best first (an embedding model scores by cosine)
+# which model tasks can answer each verb, best first (an embedding model scores by its similarity)
 VERB_TASKS: dict[str, tuple[str, ...]] = {
     "embed": ("embed", "hybrid"),
     "score": ("score", "multi_vector", "hybrid", "embed"),

@@ -118,3 +118,54 @@ def test_combined_pooling_modes_are_named(tiny_dir, compile_artifact, tmp_path):
     config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "pooling_mode": ["cls", "mean"]}))
     with pytest.raises(InputError, match="pooling mode 'cls\\+mean'.*supports one of cls, mean, max"):
         compile_artifact(folder, tmp_path / "artifact")
+
+
+@pytest.mark.parametrize(("similarity", "normalize"), [("cosine", False), ("dot", False), ("euclidean", True),
+                                                       ("manhattan", False)])
+def test_an_embedding_model_scores_by_its_folders_similarity(similarity, normalize, tiny_dir, compile_artifact,
+                                                             tmp_path):
+    """score and rerank with an embedding model give what its SentenceTransformer's `similarity` gives, on the
+    embeddings as encode returns them (normalised where the folder normalises): a dot-product model ranks by dot
+    product, not by cosine."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = tm.sentence_transformers_folder(tiny_dir / f"st-{similarity}", pooling="mean", normalize=normalize,
+                                             similarity_fn_name=similarity)
+    result = compile_artifact(folder, tmp_path / "artifact")
+    assert result.manifest.similarity == similarity
+    model = SentenceTransformer(str(folder), device="cpu")
+    assert model.similarity_fn_name == similarity
+    query, documents = TEXTS[0], TEXTS[1:]
+    reference = model.similarity(model.encode([query]), model.encode(documents))[0].numpy()
+    with Engine.load(result.path) as engine:
+        assert engine.info.similarity == similarity
+        scores = np.array(engine.score(query, documents))
+        ranked = engine.rerank(query, documents)
+        pairwise = engine.score(documents[:2], documents[2:4])
+    np.testing.assert_allclose(scores, reference, rtol=1e-4, atol=1e-4)
+    assert [i for i, _ in ranked] == list(np.argsort(-reference, kind="stable"))
+    pairwise_reference = model.similarity_pairwise(model.encode(documents[:2]), model.encode(documents[2:4]))
+    np.testing.assert_allclose(pairwise, pairwise_reference, rtol=1e-4, atol=1e-4)
+    if similarity != "cosine":  # the scores are the folder's similarity, not cosine under another name
+        cosine = cosine_rows(np.repeat(model.encode([query]), len(documents), axis=0), model.encode(documents))
+        assert not np.allclose(scores, cosine, atol=1e-2)
+
+
+def test_a_similarity_an_embedding_model_does_not_take_leaves_cosine(tiny_dir, compile_artifact, tmp_path):
+    """A multi-vector save's "maxsim" in a dense folder: sentence-transformers keeps cosine, and so does compile,
+    saying so."""
+    import json
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt.compile import CompileOptions
+    from encoderrt.compile.source import inspect_source
+
+    dot = tm.sentence_transformers_folder(tiny_dir / "st-dot", pooling="mean", similarity_fn_name="dot")
+    folder = shutil.copytree(dot, tmp_path / "maxsim")
+    config_path = folder / "config_sentence_transformers.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "similarity_fn_name": "maxsim"}))
+    source = inspect_source(CompileOptions(model_dir=folder, output_dir=tmp_path / "unused"))
+    assert source.similarity == "cosine" and any("'maxsim'" in note for note in source.notes)
+    assert SentenceTransformer(str(folder), device="cpu").similarity_fn_name == "cosine"

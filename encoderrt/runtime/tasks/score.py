@@ -1,5 +1,5 @@
-"""Scores of text pairs (vLLM's /score pairing): a cross-encoder's activated logit, or an embedding model's cosine
-similarity."""
+"""Scores of text pairs (vLLM's /score pairing): a cross-encoder's activated logit, or an embedding model's similarity
+(its folder's similarity_fn_name, cosine unless it says otherwise)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import MULTI_VECTORS
-from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
+from encoderrt.runtime.postprocess import ACTIVATIONS, SIMILARITIES, shape_embeddings
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
@@ -49,7 +49,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
                activation: bool, prompt_name: str | None = None, prompt: str | None = None,
                hybrid_weights: Mapping[str, float] | None = None) -> Plan[list[float]]:
     """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
-    text once and compares by cosine similarity (a hybrid model by its three scores, runtime/tasks/hybrid.py)."""
+    text once and compares the embeddings as encode returns them by its similarity, as sentence-transformers'
+    model.similarity does (a hybrid model by its three scores, runtime/tasks/hybrid.py)."""
     model.require("score", "score", "embed", "multi_vector", "hybrid")
     if hybrid_weights is not None and model.manifest.task != "hybrid":
         raise InvalidRequest(f"hybrid_weights apply to a hybrid (bge-m3) model; this is a {model.manifest.task} model")
@@ -62,8 +63,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     if model.manifest.task == "score":
         return _cross_encoded(model, tokenizer, cut, firsts, seconds, activation, model.prompt(prompt_name, prompt))
     if prompt_name is not None or prompt is not None:
-        raise InvalidRequest("a prompt applies to a cross-encoder's pairs; this embedding model scores by the cosine "
-                             "of its default-prompted embeddings")
+        raise InvalidRequest("a prompt applies to a cross-encoder's pairs; this embedding model scores by the "
+                             f"{model.manifest.similarity} similarity of its default-prompted embeddings")
     if model.manifest.task == "hybrid":
         from encoderrt.runtime.tasks.hybrid import plan_hybrid_scores
 
@@ -74,7 +75,13 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     right = [position[t] for t in seconds]
     prefix = model.prompt()
     rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
-    return Plan(rows, lambda outputs: cosine_pairs(outputs[left], outputs[right]).tolist() if left else [])
+    similarity, normalize = SIMILARITIES[model.manifest.similarity], model.manifest.normalize
+
+    def scores(outputs: np.ndarray) -> list[float]:
+        embeddings = shape_embeddings(outputs, normalize, None)
+        return similarity(embeddings[left], embeddings[right]).tolist() if left else []
+
+    return Plan(rows, scores)
 
 
 def _cross_encoded(model: ModelContext, tokenizer: TextTokenizer, cut: bool, firsts: list[str], seconds: list[str],
