@@ -57,6 +57,7 @@ class Build:
             pooling=source.pooling,
             normalize=source.normalize,
             similarity=source.similarity,
+            truncate_dim=source.truncate_dim,
             activation=source.activation,
             labels=source.labels,
             source={

@@ -154,6 +154,17 @@ def reference_batch(max_length: int) -> int:
     return max(1, min(8, 4096 // max_length))
 
 
+def _sentence_transformer(source: SourceModel):
+    """The folder as sentence-transformers loads it, at compile's limit and the graph's full width (the folder's
+    truncate_dim is the runtime's to apply: Manifest.truncate_dim)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(source.folder), device="cpu", local_files_only=True)
+    model.max_seq_length = source.max_length
+    model.truncate_dim = None
+    return model
+
+
 def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, str]:
     import torch
 
@@ -161,10 +172,7 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
     batch = reference_batch(source.max_length)
     if (source.task in ("embed", "hybrid") and source.kind == "sentence-transformers"
             and source.pooling == source.folder_pooling):
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(folder, device="cpu", local_files_only=True)
-        model.max_seq_length = source.max_length
+        model = _sentence_transformer(source)
         # prompt="": the plain probes go through without the folder's default prompt (the prompted ones follow)
         return (model.encode(texts, prompt="", batch_size=batch, convert_to_numpy=True, show_progress_bar=False),
                 "sentence-transformers SentenceTransformer.encode")
@@ -415,10 +423,7 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
 def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
     """Each prompt prepended to `texts` (what the engine feeds its graph), the prompt of each, and
     sentence-transformers' outputs for encode(texts, prompt_name=name)."""
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(source.folder), device="cpu", local_files_only=True)
-    model.max_seq_length = source.max_length
+    model = _sentence_transformer(source)
     prompted, prompts, outputs = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -64,6 +64,8 @@ class SourceModel:
     normalize: bool
     activation: Activation
     labels: tuple[str, ...]
+    truncate_dim: int | None = None
+    """An embedding model's default width, the folder's truncate_dim (Manifest.truncate_dim)."""
     similarity: Similarity = "cosine"
     """An embedding model's score of two texts: the folder's similarity_fn_name (runtime/postprocess.py)."""
     folder_pooling: Pooling | None = None
@@ -394,6 +396,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
     similarity = _similarity(st_config, notes) if task == "embed" else "cosine"
+    truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
     prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector", "hybrid")
                                     else ({}, None))
     answer_tokens = chat_template = None
@@ -404,7 +407,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     include_prompt = not (task in ("embed", "hybrid") and modules and modules.pooling_path
                           and _read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt") is False)
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
-    return SourceModel(
+    source = SourceModel(
         folder=folder,
         weights_folder=weights_folder,
         kind=kind,
@@ -417,6 +420,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         activation=_activation(folder, config, num_labels, task) if task in _HEADED else "identity",
         labels=labels if task in _HEADED else (),
         similarity=similarity,
+        truncate_dim=truncate_dim,
         folder_pooling=folder_pooling,
         dense_folders=dense_folders,
         prompts=prompts,
@@ -434,6 +438,11 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         prefix_tokens=prefixes,
         notes=tuple(notes),
     )
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                     or not 1 <= truncate_dim <= source.output_dim):
+        raise InputError(f"config_sentence_transformers.json's truncate_dim {truncate_dim!r} is not a width from 1 to "
+                         f"{source.output_dim}, the model's embedding size")
+    return source
 
 
 def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int, int | None]:

@@ -58,6 +58,7 @@ class EngineInfo:
     architecture: str
     max_length: int
     dimensions: int
+    """The width of an embedding as embed returns it by default: the folder's truncate_dim, else the model's own."""
     pooling: str | None
     normalize: bool
     similarity: str
@@ -153,7 +154,7 @@ class Engine:
             task=manifest.task,
             architecture=manifest.architecture,
             max_length=manifest.max_length,
-            dimensions=manifest.shape.output_dim,
+            dimensions=manifest.truncate_dim or manifest.shape.output_dim,
             pooling=manifest.pooling,
             normalize=manifest.normalize,
             similarity=manifest.similarity,

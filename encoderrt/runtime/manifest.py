@@ -149,6 +149,9 @@ class Manifest:
     shape: ModelShape
     pooling: Pooling | None = None
     normalize: bool = False
+    truncate_dim: int | None = None
+    """An embedding model's default width (the folder's truncate_dim): its embeddings are cut to it, as
+    sentence-transformers' encode cuts them, unless a request asks for other dimensions."""
     similarity: Similarity = "cosine"
     """How an embedding model scores a pair of texts (score and rerank): sentence-transformers' similarity_fn_name
     from the folder, on the embeddings as encode returns them (normalised only where the model normalises)."""
@@ -234,6 +237,8 @@ class Manifest:
             raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
         if self.task == "hybrid" and self.hybrid is None:
             raise ManifestError("a hybrid manifest needs its hybrid rules")
+        if self.truncate_dim is not None and not 1 <= self.truncate_dim <= self.shape.output_dim:
+            raise ManifestError(f"manifest truncate_dim {self.truncate_dim} is outside 1..{self.shape.output_dim}")
         if self.similarity not in SIMILARITIES:
             raise ManifestError(f"manifest similarity {self.similarity!r} is not one of {SIMILARITIES}")
         if self.activation not in ACTIVATIONS:

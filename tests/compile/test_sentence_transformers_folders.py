@@ -169,3 +169,36 @@ def test_a_similarity_an_embedding_model_does_not_take_leaves_cosine(tiny_dir, c
     source = inspect_source(CompileOptions(model_dir=folder, output_dir=tmp_path / "unused"))
     assert source.similarity == "cosine" and any("'maxsim'" in note for note in source.notes)
     assert SentenceTransformer(str(folder), device="cpu").similarity_fn_name == "cosine"
+
+
+def test_a_folders_truncate_dim_is_the_default_width(tiny_dir, compile_artifact, tmp_path):
+    """A folder saved with truncate_dim embeds at that width, as SentenceTransformer.encode does, and a request may
+    still ask for more of the model's dimensions (encode's own truncate_dim)."""
+    import json
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt.compile import CompileOptions
+    from encoderrt.compile.source import inspect_source
+
+    folder = tm.sentence_transformers_folder(tiny_dir / "st-mean", pooling="mean")
+    truncated = shutil.copytree(folder, tmp_path / "truncated")
+    config_path = truncated / "config_sentence_transformers.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "truncate_dim": 12}))
+    model = SentenceTransformer(str(truncated), device="cpu")
+    assert model.truncate_dim == 12
+    result = compile_artifact(truncated, tmp_path / "artifact")
+    assert result.manifest.truncate_dim == 12
+    with Engine.load(result.path) as engine:
+        assert engine.info.dimensions == 12
+        default, wider = engine.embed(TEXTS), engine.embed(TEXTS, dimensions=20)
+        scores = engine.score(TEXTS[0], TEXTS[1:])
+    assert default.shape == (len(TEXTS), 12) and wider.shape == (len(TEXTS), 20)
+    np.testing.assert_allclose(default, model.encode(TEXTS), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(wider, model.encode(TEXTS, truncate_dim=20), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(scores, model.similarity(model.encode(TEXTS[:1]), model.encode(TEXTS[1:]))[0], atol=1e-5)
+    for bad in (0, 10_000, "12"):
+        config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "truncate_dim": bad}))
+        with pytest.raises(InputError, match="truncate_dim .* is not a width from 1 to"):
+            inspect_source(CompileOptions(model_dir=truncated, output_dir=tmp_path / "unused"))

@@ -27,6 +27,7 @@ class EmbedRequest(Request[np.ndarray]):
     normalize: bool | None = None
     """None: the model's default from the manifest."""
     dimensions: int | None = None
+    """None: the model's default width (the folder's truncate_dim), else all of it."""
     truncate: Truncation = True
     prompt_name: str | None = None
     """One of the model's prompts; None: its default prompt, if it has one."""
@@ -67,13 +68,15 @@ class EmbedRequest(Request[np.ndarray]):
             rows = model.pooled_after(prefix, model.prompted_rows(self.texts, prefix, tokenizer, cut, self.truncation_side))
         rows = model.with_adapter(rows, self.prompt_name)
 
+        dimensions = self.dimensions if self.dimensions is not None else model.manifest.truncate_dim
+
         def finish(outputs: np.ndarray) -> np.ndarray:
             if merge is not None:
                 outputs = merge_chunks(outputs, rows, merge)
-            vectors = shape_embeddings(outputs, normalize, self.dimensions)
+            vectors = shape_embeddings(outputs, normalize, dimensions)
             if self.precision == "float32":
                 return vectors
-            return model.quantizer.quantize(vectors, self.precision, self.normalize, self.dimensions)
+            return model.quantizer.quantize(vectors, self.precision, self.normalize, dimensions)
 
         return Plan(rows, finish, blocking_finish=self.precision in ("int8", "uint8"))
 

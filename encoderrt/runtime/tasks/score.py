@@ -75,10 +75,11 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     right = [position[t] for t in seconds]
     prefix = model.prompt()
     rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
-    similarity, normalize = SIMILARITIES[model.manifest.similarity], model.manifest.normalize
+    similarity, normalize, width = (SIMILARITIES[model.manifest.similarity], model.manifest.normalize,
+                                    model.manifest.truncate_dim)
 
     def scores(outputs: np.ndarray) -> list[float]:
-        embeddings = shape_embeddings(outputs, normalize, None)
+        embeddings = shape_embeddings(outputs, normalize, width)
         return similarity(embeddings[left], embeddings[right]).tolist() if left else []
 
     return Plan(rows, scores)
