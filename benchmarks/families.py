@@ -1,5 +1,5 @@
-"""The 2025-26 families (issues 30 and 31) at their deployed sizes with random weights, against sentence-transformers
-fp32 in the same run (ratios, not times, travel between machines).
+"""The 2025-26 families (issues 30 and 31), and T5's encoder (GTR), at their deployed sizes with random weights,
+against sentence-transformers fp32 in the same run (ratios, not times, travel between machines).
 
     python benchmarks/families.py [FAMILY ...] [--work DIR] [--target T] [--precision P] [--repeat 3]
 
@@ -58,6 +58,8 @@ FAMILIES: dict[str, Family] = {
     "embeddinggemma": Family(_encoder("gemma3", dense=((3072, "Identity"), (768, "Identity")),
                                       prompts={"query": "task: search result | query: ",
                                                "document": "title: none | text: "})),
+    # GTR-T5-base's modules: T5 v1.1's encoder (gated GELU, d_ff 2048), mean pooling, Dense 768 -> 768, Normalize
+    "gtr_t5_base": Family(_encoder("t5", dense=((768, "Identity"),), intermediate_size=2048)),
     "qwen3_embedding_0.6b": Family(_encoder("qwen3", pooling="lasttoken", **QWEN3_06B, prompts={
         "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"}),
         scale=0.1),

@@ -34,14 +34,15 @@ def run_artifact(artifact: Path, texts=None, pairs=None, drop_token_type_ids: bo
     return first_output(backend, Batch(encodings, tokenizer.pad))
 
 
-def torch_flops_per_token(folder: Path, tokens: int) -> float:
+def torch_flops_per_token(folder: Path, tokens: int, model_class: str = "AutoModel") -> float:
     """What PyTorch's own FLOP counter counts for one row of `tokens` through transformers' bare model in `folder`
-    (every matrix multiply, attention's included), per token: the independent reference for the bench's count."""
+    (every matrix multiply, attention's included), per token: the independent reference for the bench's count.
+    `model_class`: transformers' class of that model (T5's encoder: T5EncoderModel)."""
     import torch
+    import transformers
     from torch.utils.flop_counter import FlopCounterMode
-    from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    model = getattr(transformers, model_class).from_pretrained(folder, attn_implementation="eager").eval()
     ids = torch.arange(tokens).reshape(1, -1) % 50 + 5
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(input_ids=ids, attention_mask=torch.ones_like(ids))

@@ -85,6 +85,27 @@ def _unigram_tokenizer(max_length: int, wrapper: str = "CamembertTokenizerFast",
     return getattr(transformers, wrapper)(tokenizer_object=tokenizer, model_max_length=max_length, **special)
 
 
+_T5_SPECIAL = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+"""In vocabulary order: <pad> 0, </s> 1, <unk> 2, as T5 numbers them."""
+
+
+def _t5_tokenizer(max_length: int):
+    """A trained SentencePiece-style Unigram model with T5's rule: no start token, </s> after each text."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import T5TokenizerFast
+
+    vocab = _special_vocab(_T5_SPECIAL)
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=200, special_tokens=vocab, unk_token="<unk>")
+    tokenizer.train_from_iterator(_corpus(), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1",
+                                                             special_tokens=[("</s>", 1)])
+    return T5TokenizerFast(tokenizer_object=tokenizer, model_max_length=max_length, extra_ids=0, **_T5_SPECIAL)
+
+
 def _byte_level_tokenizer(max_length: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import RobertaTokenizerFast
@@ -259,6 +280,16 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
                                                * (small["num_hidden_layers"] // 2),
                                                num_key_value_heads=small["num_attention_heads"] // 2,
                                                query_pre_attn_scalar=head_dim, **small)
+    elif family == "t5":  # GTR's and sentence-T5's encoder: relative-position buckets past 8 tokens, a gated GELU
+        tokenizer = _t5_tokenizer(max_positions)
+        heads = small["num_attention_heads"]
+        head_dim = small.get("head_dim", small["hidden_size"] // heads)
+        config = transformers.T5Config(d_model=small["hidden_size"], d_kv=head_dim,
+                                       d_ff=small["intermediate_size"], num_layers=small["num_hidden_layers"],
+                                       num_heads=heads, feed_forward_proj=small.get("feed_forward_proj", "gated-gelu"),
+                                       relative_attention_num_buckets=8, relative_attention_max_distance=24,
+                                       pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+                                       is_encoder_decoder=False, use_cache=False)
     elif family in _DECODER_CONFIGS:  # decoders: RMSNorm, rotary, SwiGLU, grouped-query attention
         tokenizer = _decoder_tokenizer(max_positions, **(decoder_tokenizer or {}))
         # Mistral's window binds past 16 tokens
@@ -268,7 +299,10 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
     config.vocab_size, config.max_position_embeddings = len(tokenizer), max_positions
     if num_labels:
         config.num_labels = num_labels
-    model = AutoModelForSequenceClassification.from_config(config) if num_labels else AutoModel.from_config(config)
+    if family == "t5":  # AutoModel would be the encoder-decoder; sentence-transformers loads the encoder
+        model = transformers.T5EncoderModel(config)
+    else:
+        model = AutoModelForSequenceClassification.from_config(config) if num_labels else AutoModel.from_config(config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,9 +28,10 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     standard ONNX Attention op that TensorRT fuses.
     """
     from safetensors import SafetensorError
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    bare = {"embed": AutoModel, "multi_vector": AutoModel, "hybrid": AutoModel, "sparse": AutoModelForMaskedLM}
+    encoder = bare_encoder_class(source)
+    bare = {"embed": encoder, "multi_vector": encoder, "hybrid": encoder, "sparse": AutoModelForMaskedLM}
     loader = (bare.get(source.task, AutoModelForSequenceClassification)
               if source.answer_tokens is None else AutoModelForCausalLM)
     try:
@@ -67,13 +69,23 @@ def per_token_matmul_weights(source: SourceModel) -> int:
     """Weights of the matrix multiplies every token runs through (the bench's FLOPs), counted on the family's own
     module tree built without weights: the encoder's layers, and a sparse model's MLM head. The pooler, the
     classification head and a causal LM's head run once a row, so they are left out."""
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+    from transformers import AutoConfig, AutoModelForMaskedLM
 
     config = AutoConfig.from_pretrained(source.weights_folder, local_files_only=True)
     with torch.device("meta"):
-        model = (AutoModelForMaskedLM if source.task == "sparse" else AutoModel).from_config(config)
+        encoder = bare_encoder_class(source)  # an Auto class builds from_config, a model class from its constructor
+        model = (AutoModelForMaskedLM.from_config(config) if source.task == "sparse"
+                 else getattr(encoder, "from_config", encoder)(config))
     return sum(module.weight.numel() for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and "pooler" not in name.split("."))
+
+
+def bare_encoder_class(source: SourceModel) -> Any:
+    """transformers' class of the family's bare encoder: AutoModel, or the family's own where AutoModel builds more
+    (Architecture.encoder_class)."""
+    import transformers
+
+    return getattr(transformers, source.architecture.encoder_class or "AutoModel")
 
 
 def _dense(path: Path) -> torch.nn.Module:

@@ -32,6 +32,12 @@ class Architecture:
     """config.json keys this family spells its own way, by the BERT name encoderrt reads (DistilBERT's `dim`)."""
     layer_gelus: int = 1
     """GELUs each layer's feed-forward fuses into: one, or none where it gates with SiLU (SwiGLU)."""
+    layer_gelus_of: Callable[[Mapping[str, Any]], int] | None = None
+    """`layer_gelus` for a family whose checkpoints differ in it (T5: GELU-gated in v1.1, ReLU in v1.0), from the
+    canonical config."""
+    encoder_class: str | None = None
+    """The transformers class of the bare encoder where AutoModel builds more than that (T5: the encoder-decoder;
+    T5EncoderModel, as sentence-transformers loads it)."""
     rms_norm: bool = False
     """Whether the layers normalise with RMSNorm (Llama-style), which OpenVINO fuses only when it compiles for
     the CPU, so the fusion check reads the compiled model for it."""
@@ -69,10 +75,12 @@ class Architecture:
                 canonical[name] = config[own]
         return canonical
 
-    def expected_gelus(self, task: str, num_layers: int) -> int:
-        """Per layer one, plus the classification head's, or the MLM head's one (dense + GELU + LayerNorm) for sparse;
-        none more for the tasks that run the bare encoder (embed, multi_vector, hybrid)."""
-        return num_layers * self.layer_gelus + {"embed": 0, "multi_vector": 0, "hybrid": 0, "sparse": 1}.get(task, self.head_gelus)
+    def expected_gelus(self, task: str, config: Mapping[str, Any]) -> int:
+        """Per layer the family's count, plus the classification head's, or the MLM head's one (dense + GELU +
+        LayerNorm) for sparse; none more for the tasks that run the bare encoder (embed, multi_vector, hybrid)."""
+        per_layer = self.layer_gelus_of(config) if self.layer_gelus_of else self.layer_gelus
+        head = {"embed": 0, "multi_vector": 0, "hybrid": 0, "sparse": 1}.get(task, self.head_gelus)
+        return int(config["num_hidden_layers"]) * per_layer + head
 
     def position_offset(self, config: Mapping[str, Any]) -> int:
         """The position id of a sequence's first token."""

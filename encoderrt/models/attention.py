@@ -7,9 +7,10 @@ op exports as onnxruntime's `com.microsoft.MultiHeadAttention` with the key padd
 as inputs; traced for SDPA (OpenVINO, TensorRT) it is torch's scaled_dot_product_attention with the
 bias and mask folded into one float mask, which both of those fuse into their own attention op.
 
-Families whose transformers code calls attention through `AttentionInterface` (every rotary family)
-need no code of their own: `through_attention_interface` registers one implementation that hands the
-rotated q, k, v and transformers' additive mask (padding, and a layer's window where it has one) to
+Families whose transformers code calls attention through `AttentionInterface` (every rotary family, and
+T5, whose relative-position bias comes beside the mask) need no code of their own:
+`through_attention_interface` registers one implementation that hands the rotated q, k, v and
+transformers' additive mask (padding, and a layer's window where it has one; T5's bias added to it) to
 `biased_attention`. The mask must be additive (eager's finite minimum): with a boolean SDPA mask, a
 padded query whose whole window is padding has no key left, OpenVINO's SDPA returns NaN for it, and the
 NaN survives mean pooling (NaN x 0).
@@ -203,6 +204,8 @@ def _interface_name(export: AttentionExport, padding_masks: bool, causal: bool) 
             mask = None
         else:
             mask = attention_mask if attention_mask is not None else query.new_zeros((batch, 1, sequence, sequence))
+        if (position_bias := kwargs.get("position_bias")) is not None:  # T5's relative positions, [1, heads, S, S]
+            mask = position_bias if mask is None else mask + position_bias
         out = biased_attention(q, k, v, None, mask, heads, export, scale=scaling)
         return out.view(batch, sequence, heads, head_dim), None
 

@@ -2,7 +2,7 @@
 (without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against
 sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8
 and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
-EmbeddingGemma (an embedder only) with its Dense modules and prompts."""
+EmbeddingGemma (an embedder only) with its Dense modules and prompts; T5 encoders (GTR, sentence-T5) likewise."""
 
 import heldout_texts
 import numpy as np
@@ -227,4 +227,66 @@ def test_gemma3_language_models_are_refused_by_name(embeddinggemma, compile_arti
     (folder / "config.json").write_text(json.dumps({**config, "use_bidirectional_attention": False}))
     with pytest.raises(InputError, match="causal attention .* not an encoder such as EmbeddingGemma"):
         compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()
+
+
+@pytest.fixture(scope="module")
+def gtr(tiny_dir):
+    """GTR's layout in small (T5 v1.1's encoder, mean pooling, a Dense module without bias or activation, Normalize),
+    with heads wider than the model (d_kv x heads = 64 against d_model 32, as in T5-3B) and relative-position buckets
+    that keep growing up to 24 tokens; beside it, T5 v1.0's ReLU feed-forward."""
+    root = tiny_dir / "families"
+    return {feed_forward: tm.sentence_transformers_folder(root / f"t5-{feed_forward}", pooling="mean", normalize=True,
+                                                          family="t5", dense=((24, "Identity"),), head_dim=16,
+                                                          feed_forward_proj=feed_forward)
+            for feed_forward in ("gated-gelu", "relu")}
+
+
+@pytest.mark.parametrize(("feed_forward", "target", "precision", "floor"), [
+    ("gated-gelu", "cpu", "fp32", 0.99999), ("gated-gelu", "openvino", "fp32", 0.99999),
+    ("relu", "cpu", "fp32", 0.99999), ("relu", "openvino", "fp32", 0.99999),
+    ("gated-gelu", "openvino", "bf16", 0.999), ("gated-gelu", "cpu", "int8", 0.98),
+])
+def test_t5_encoders_match_sentence_transformers(feed_forward, target, precision, floor, gtr, compile_artifact,
+                                                 tmp_path_factory):
+    """GTR / sentence-T5: T5's encoder with its relative positions in each layer's fused attention, through the Dense
+    module, padded and row by row; int8 on text neither calibration nor probes hold too."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt import Engine
+
+    folder = gtr[feed_forward]
+    result = compile_artifact(folder, tmp_path_factory.mktemp("t5") / f"{feed_forward}-{target}-{precision}",
+                              target=target, precision=precision)
+    manifest = result.manifest
+    assert (manifest.model_type, manifest.precision, manifest.shape.output_dim) == ("t5", precision, 24)
+    assert _fused_attention(manifest) == 2 and manifest.shape.attention_width == 64
+    model = SentenceTransformer(str(folder), device="cpu")
+    assert type(model[0].auto_model).__name__ == "T5EncoderModel"
+    texts = TEXTS + (list(heldout_texts.TEXTS) if precision == "int8" else [])
+    expected = model.encode(texts)
+    with Engine.load(result.path) as engine:
+        batched = engine.embed(texts)
+        alone = np.concatenate([engine.embed([text]) for text in TEXTS])
+    assert cosine_rows(batched, expected).min() >= floor and cosine_rows(alone, expected[:len(TEXTS)]).min() >= floor
+    if precision == "int8":
+        assert cosine_rows(batched, expected).mean() >= 0.995
+
+
+def test_t5_flops_and_the_refused_classifier(gtr, compile_artifact, tmp_path):
+    """The bench's FLOPs per token (a gated feed-forward, heads wider than the model) against PyTorch's counter on
+    T5EncoderModel; T5's sequence classifier, which reads its decoder, is refused by name with nothing written."""
+    import json
+    import shutil
+
+    from encoderrt.compile import InputError
+
+    encoder = gtr["gated-gelu"].with_name(gtr["gated-gelu"].name + "-encoder")
+    shape = compile_artifact(encoder, tmp_path / "encoder").manifest.shape
+    assert flops_per_token(shape, 40) == pytest.approx(torch_flops_per_token(encoder, 40, "T5EncoderModel"), rel=2e-3)
+    folder = shutil.copytree(encoder, tmp_path / "classifier")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["T5ForSequenceClassification"]}))
+    with pytest.raises(InputError, match="T5's sequence classifier reads its decoder"):
+        compile_artifact(folder, tmp_path / "artifact", task="score")
     assert not (tmp_path / "artifact").exists()

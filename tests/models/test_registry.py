@@ -13,7 +13,7 @@ def test_families():
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
     assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert", "gemma",
                                        "gemma3_text", "gte", "jina_embeddings_v3", "llama", "mistral", "modernbert",
-                                       "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "xlm-roberta"]
+                                       "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "t5", "xlm-roberta"]
     assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma", "gemma3_text",
                                                   "eurobert")] == [True, True, True, True, True, False, False]
 
@@ -27,16 +27,22 @@ def test_config_aliases_fill_the_bert_names():
 
 
 def test_expected_gelus_count_the_head():
+    layers = {"num_hidden_layers": 12}
     electra, bert = find_architecture("electra"), find_architecture("bert")
-    assert (electra.expected_gelus("score", 12), electra.expected_gelus("embed", 12), bert.expected_gelus("score", 12)) == (
-        13, 12, 12)
+    assert (electra.expected_gelus("score", layers), electra.expected_gelus("embed", layers),
+            bert.expected_gelus("score", layers)) == (13, 12, 12)
     # SwiGLU layers gate with SiLU: no GELU but the head's
     eurobert, nomic = find_architecture("eurobert"), find_architecture("nomic_bert")
-    assert (eurobert.expected_gelus("score", 12), nomic.expected_gelus("embed", 12), nomic.expected_gelus("score", 12)) == (
-        1, 0, 0)
+    assert (eurobert.expected_gelus("score", layers), nomic.expected_gelus("embed", layers),
+            nomic.expected_gelus("score", layers)) == (1, 0, 0)
     # decoders: SwiGLU, but Gemma's GeGLU gates with a (tanh) GELU in every layer
     qwen3, gemma = find_architecture("qwen3"), find_architecture("gemma")
-    assert (qwen3.expected_gelus("embed", 4), gemma.expected_gelus("embed", 4)) == (0, 4)
+    four = {"num_hidden_layers": 4}
+    assert (qwen3.expected_gelus("embed", four), gemma.expected_gelus("embed", four)) == (0, 4)
+    # T5's count follows the checkpoint: v1.1 gates with GELU, v1.0 has a ReLU feed-forward
+    t5 = find_architecture("t5")
+    assert [t5.expected_gelus("embed", t5.canonical_config({"num_layers": 6, "feed_forward_proj": proj}))
+            for proj in ("gated-gelu", "relu")] == [6, 0]
 
 
 def test_unknown_family_names_the_supported_ones():
