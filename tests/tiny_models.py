@@ -452,19 +452,48 @@ def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320
 
 def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4, activation: str = "relu") -> Path:
     """A SPLADE-style SparseEncoder folder (a BERT MLM head, SpladePooling) saved by sentence-transformers itself."""
-    import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+
+    mlm_folder = _bert_mlm(folder.with_name(folder.name + "-mlm"), seed)
+    modules = [MLMTransformer(str(mlm_folder), max_seq_length=48),
+               SpladePooling(pooling_strategy, activation_function=activation)]
+    SparseEncoder(modules=modules, device="cpu").save(str(folder))
+    return folder
+
+
+def _bert_mlm(folder: Path, seed: int) -> Path:
+    """A tiny BERT with its MLM head, the vocabulary a SPLADE model weighs, after seeding torch with `seed`."""
+    import torch
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(seed)
     tokenizer = _wordpiece_tokenizer(64)
     config = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=64, **_small())
-    mlm_folder = folder.with_name(folder.name + "-mlm")
-    BertForMaskedLM(config).save_pretrained(mlm_folder)
-    tokenizer.save_pretrained(mlm_folder)
-    modules = [MLMTransformer(str(mlm_folder), max_seq_length=48), SpladePooling(pooling_strategy, activation_function=activation)]
-    SparseEncoder(modules=modules, device="cpu").save(str(folder))
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def inference_free_sparse_folder(folder: Path, seed: int = 5, default_route: str = "document",
+                                 query_length: int | None = 24) -> Path:
+    """OpenSearch's inference-free layout saved by sentence-transformers itself: a Router whose documents go through a
+    BERT MLM head and SpladePooling, and whose queries through a SparseStaticEmbedding of random positive weights
+    (some tokens none), its tokenizer cut at `query_length` tokens."""
+    import torch
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Router
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
+
+    mlm_folder = _bert_mlm(folder.with_name(folder.name + "-mlm"), seed)
+    documents = [MLMTransformer(str(mlm_folder), max_seq_length=48),
+                 SpladePooling("max", activation_function="log1p_relu")]
+    query_tokenizer = _wordpiece_tokenizer(query_length or int(1e30))
+    vocabulary = query_tokenizer.vocab_size
+    weights = torch.rand(vocabulary) * 4 * (torch.rand(vocabulary) > 0.2)
+    queries = [SparseStaticEmbedding(tokenizer=query_tokenizer, weight=weights, frozen=True)]
+    router = Router({"query": queries, "document": documents}, default_route=default_route)
+    SparseEncoder(modules=[router], device="cpu").save(str(folder))
     return folder
 
 

@@ -16,7 +16,7 @@ from encoderrt.compile.errors import InputError, ParityError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.progress import StepReporter
 from encoderrt.compile.source import SourceModel
-from encoderrt.runtime.manifest import Manifest, ModelShape
+from encoderrt.runtime.manifest import Manifest, ModelShape, StaticQueries
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE
 from encoderrt.versions import package_versions
 
@@ -74,6 +74,7 @@ class Build:
             chat_template=source.chat_template,
             multi_vector=source.multi_vector,
             hybrid=source.hybrid,
+            static_queries=_save_static_queries(source, folder),
         )
         values.update(fields)
         return Manifest(**values)
@@ -111,6 +112,19 @@ class Build:
 
 def _brief(figures: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in figures.items() if isinstance(v, (int, float))}
+
+
+def _save_static_queries(source: SourceModel, folder: Path) -> StaticQueries | None:
+    """An inference-free sparse model's query weights, written into the artifact (compile/static_queries.py)."""
+    if source.static_queries is None:
+        return None
+    import numpy as np
+
+    from encoderrt.compile.static_queries import WEIGHTS_FILE, query_max_length, query_weights
+
+    weights = query_weights(source.static_queries, source.weights_folder, int(source.config["vocab_size"]))
+    np.save(folder / WEIGHTS_FILE, weights, allow_pickle=False)
+    return StaticQueries(WEIGHTS_FILE, query_max_length(source.static_queries), source.default_side)
 
 
 def _save_tokenizer(source: SourceModel, folder: Path) -> int:

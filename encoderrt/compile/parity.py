@@ -181,7 +181,9 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
 
         model = SparseEncoder(folder, device="cpu", local_files_only=True)
         model.max_seq_length = source.max_length
-        vectors = model.encode(texts, batch_size=batch, convert_to_tensor=True, show_progress_bar=False)
+        # an inference-free model's graph is its document side, whichever side it takes by default
+        encode = model.encode_document if source.static_queries else model.encode
+        vectors = encode(texts, batch_size=batch, convert_to_tensor=True, show_progress_bar=False)
         return vectors.to_dense().numpy().astype(np.float32), "sentence-transformers SparseEncoder.encode"
     if source.task == "score":
         from sentence_transformers import CrossEncoder

@@ -93,6 +93,10 @@ class SourceModel:
     """A hybrid (bge-m3) model's colbert and sparse head files (compile/hybrid.py)."""
     hybrid: Hybrid | None = None
     """A hybrid model's lexical and scoring rules (compile/hybrid.py)."""
+    static_queries: Path | None = None
+    """An inference-free sparse model's query side: its SparseStaticEmbedding folder (compile/static_queries.py)."""
+    default_side: str = "document"
+    """Which side an inference-free sparse model takes when a request names none."""
     prefix_tokens: tuple[str, ...] = ()
     """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
     tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""
@@ -161,6 +165,10 @@ class _Modules:
     pylate: bool = False
     """A PyLate ColBERT folder (Transformer -> Dense modules; its other rules at the top level of
     config_sentence_transformers.json: compile/multi_vector.py)."""
+    static_query_path: str | None = None
+    """An inference-free sparse Router's SparseStaticEmbedding, its query side (compile/static_queries.py)."""
+    default_side: str = "document"
+    """The side a Router folder's model takes when a request names none (its default route)."""
 
     @property
     def multi_vector(self) -> bool:
@@ -175,6 +183,12 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
     if not isinstance(entries, list):
         raise InputError(f"{path} is not a list of modules")
     classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
+    if classes == ["Router"]:
+        from encoderrt.compile.static_queries import read_router
+
+        router = read_router(folder, entries[0].get("path", ""))
+        return _Modules(router.transformer_path, router.pooling_path, sparse=True,
+                        static_query_path=router.static_path, default_side=router.default_side)
     if "LogitScore" in classes:
         if classes != ["Transformer", "LogitScore"]:
             raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a causal-LM "
@@ -436,6 +450,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
         prefix_tokens=prefixes,
+        static_queries=folder / modules.static_query_path if modules and modules.static_query_path else None,
+        default_side=modules.default_side if modules else "document",
         notes=tuple(notes),
     )
     if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)

@@ -147,8 +147,10 @@ class Engine:
         name = str(manifest.source.get("name") or artifact_dir.name)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""
+        static = manifest.static_queries
         self._model = ModelContext(manifest, self._tokenizer, name, default_prompt(manifest, config.default_prompt_name),
-                                   config.long_inputs == "chunk", config.max_token_embeddings, self.quantizer)
+                                   config.long_inputs == "chunk", config.max_token_embeddings, self.quantizer,
+                                   np.load(artifact_dir / static.weights_file, allow_pickle=False) if static else None)
         self.info = EngineInfo(
             name=name,
             task=manifest.task,
@@ -247,7 +249,7 @@ class Engine:
             outputs = np.empty((0, self.manifest.shape.output_dim), np.float32)
         timings = Timings(tokenize_seconds, completed.queue_seconds, completed.inference_seconds)
         self.stats.add(requests=1, tokenize_seconds=timings.tokenize, queue_seconds=timings.queue, inference_seconds=timings.inference)
-        row_tokens = tuple(len(r.ids) for r in planned.rows)
+        row_tokens = tuple(len(r.ids) for r in planned.rows) if planned.read_tokens is None else planned.read_tokens
         return Completion(planned.finish(outputs), sum(row_tokens), timings, row_tokens)
 
     # -- lifecycle ------------------------------------------------------------------------------

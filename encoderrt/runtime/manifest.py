@@ -133,6 +133,26 @@ class Hybrid:
     weights, as FlagEmbedding's compute_score combines them; bge-m3's model card weights by default."""
 
 
+Side = Literal["query", "document"]
+SIDES: tuple[str, ...] = ("query", "document")
+"""The two sides of a model that embeds queries and documents apart (a multi-vector model, an inference-free sparse
+one), as sentence-transformers' encode_query and encode_document name them."""
+
+
+@dataclass(frozen=True)
+class StaticQueries:
+    """An inference-free sparse model's query side (sentence-transformers' Router with a SparseStaticEmbedding for
+    queries): a query's vector holds, for each distinct token of its text (no special tokens, cut at `max_length`),
+    that token's fixed weight; no graph runs. Documents go through the sparse graph."""
+
+    weights_file: str
+    """float32 [vocab] in the artifact: the weight per token id."""
+    max_length: int | None
+    """Where a query is cut (its tokenizer's limit); None: never."""
+    default_side: Side = "document"
+    """The side a request that names none takes (the Router's default route)."""
+
+
 @dataclass(frozen=True)
 class Manifest:
     task: Task
@@ -183,6 +203,8 @@ class Manifest:
     """A multi-vector model's per-side rules (task multi_vector), or a hybrid model's for its colbert vectors."""
     hybrid: Hybrid | None = None
     """A hybrid model's lexical and scoring rules (task hybrid)."""
+    static_queries: StaticQueries | None = None
+    """An inference-free sparse model's query side (task sparse)."""
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -216,6 +238,8 @@ class Manifest:
                 rules["skip_ids"] = tuple(rules.get("skip_ids", ()))
                 rules["skip_sides"] = tuple(rules.get("skip_sides", ("document",)))
                 values["multi_vector"] = MultiVector(**rules)
+            if values.get("static_queries") is not None:
+                values["static_queries"] = StaticQueries(**values["static_queries"])
             if values.get("hybrid") is not None:
                 rules = dict(values["hybrid"])
                 rules["lexical_skip_ids"] = tuple(rules.get("lexical_skip_ids", ()))
@@ -235,6 +259,10 @@ class Manifest:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
         if self.task in ("multi_vector", "hybrid") and self.multi_vector is None:
             raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
+        if self.static_queries is not None and (self.task != "sparse"
+                                                or self.static_queries.default_side not in SIDES):
+            raise ManifestError(f"manifest static_queries {self.static_queries} need a sparse model and a side of "
+                                f"{SIDES}")
         if self.task == "hybrid" and self.hybrid is None:
             raise ManifestError("a hybrid manifest needs its hybrid rules")
         if self.truncate_dim is not None and not 1 <= self.truncate_dim <= self.shape.output_dim:

@@ -64,6 +64,9 @@ class EmbedSparseBody(RequestBody):
     truncate: AutoTruncate = True
     top_k: int | None = None
     """encoderrt extension: only the k heaviest tokens of each vector."""
+    side: Literal["query", "document"] | None = None
+    """encoderrt extension: the side of an inference-free sparse model (queries from its token weights, documents
+    through the model), as encode_query / encode_document; unset, the model's default side."""
 
 
 class PredictBody(RequestBody):
@@ -132,7 +135,7 @@ async def embed_sparse(body: EmbedSparseBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "embed_sparse")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
-    completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate))
+    completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate, body.side))
     vectors = [common.sparse_values(row) for row in completion.value]
     return common.reply(vectors, completion, started)
 

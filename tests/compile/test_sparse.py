@@ -85,3 +85,80 @@ def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
         assert sorted(weights) == sorted(index for index, _ in row)
         np.testing.assert_allclose([weights[index] for index, _ in row], [value for _, value in row], rtol=1e-5)
     assert openai.status_code == 400 and "sparse model and cannot answer embed (it answers embed_sparse" in openai.text
+
+
+@pytest.mark.parametrize(("default_route", "target"), [("document", "cpu"), ("query", "openvino")])
+def test_an_inference_free_model_embeds_queries_from_weights_and_documents_through_the_model(
+        default_route, target, tiny_dir, compile_artifact, tmp_path):
+    """OpenSearch's doc-v3 kind (a Router): encode_document's vectors from the graph, encode_query's from the
+    artifact's token weights (no special tokens, each token once, cut at the query tokenizer's limit) with no row
+    run; a request names its side or takes the Router's default; TEI's /embed_sparse takes `side`."""
+    from sentence_transformers import SparseEncoder
+
+    from encoderrt.runtime.tasks import SparseEmbedRequest
+
+    folder = tm.inference_free_sparse_folder(tiny_dir / f"inference-free-{default_route}", default_route=default_route)
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    static = result.manifest.static_queries
+    assert result.manifest.task == "sparse" and (static.max_length, static.default_side) == (24, default_route)
+    model = SparseEncoder(str(folder), device="cpu")
+    long_query = " ".join(tm.CORPUS_WORDS)  # distinct words past the query side's 24 tokens
+    texts = [*TEXTS, "fox fox fox the the", long_query, ""]
+    queries = model.encode_query(texts, convert_to_tensor=True).to_dense().numpy()
+    documents = model.encode_document(texts, convert_to_tensor=True).to_dense().numpy()
+    query_tokenizer = model[0].sub_modules["query"][0].tokenizer
+    read = [query_tokenizer(text, add_special_tokens=False, truncation=True)["input_ids"] for text in texts]
+    whole = query_tokenizer(long_query, add_special_tokens=False)["input_ids"]
+    assert len(read[-2]) == 24 < len(whole) and len(set(read[-2])) < len(set(whole))  # the cut changes the query
+    with Engine.load(result.path) as engine:
+        asked = {side: engine.embed_sparse(texts, side=side) for side in ("query", "document")}
+        unasked = engine.embed_sparse(texts)
+        queried = engine.run(SparseEmbedRequest(texts, side="query"))
+        with pytest.raises(InvalidRequest, match="above the query side's limit of 24 tokens"):
+            engine.embed_sparse(texts, side="query", truncate=False)
+        with pytest.raises(InvalidRequest, match="side must be 'query' or 'document'"):
+            engine.embed_sparse(texts, side="passage")
+        settings = ServerSettings()
+        with running_server(create_app(settings, ready_registry(sparse=engine)), settings) as url, \
+                httpx.Client(base_url=url, timeout=60) as http:
+            served = http.post("/embed_sparse", json={"inputs": texts[:3], "side": "query"}).json()
+    _assert_sparse(asked["query"], queries, rtol=1e-6)
+    _assert_sparse(asked["document"], documents, rtol=1e-4)
+    assert unasked == asked[default_route] and asked["query"][-1] == []
+    assert queried.row_tokens == tuple(map(len, read)) and queried.prompt_tokens == sum(map(len, read))
+    assert [[(item["index"], item["value"]) for item in row] for row in served] == asked["query"][:3]
+
+
+def _assert_sparse(rows, expected: np.ndarray, rtol: float) -> None:
+    """The same non-zero tokens as sentence-transformers' dense rows, their weights close, heaviest first."""
+    assert len(rows) == len(expected)
+    for row, reference in zip(rows, expected):
+        ids, weights = [i for i, _ in row], [w for _, w in row]
+        assert sorted(ids) == np.flatnonzero(reference > 0).tolist()
+        np.testing.assert_allclose(weights, reference[ids], rtol=rtol, atol=1e-5 * max(reference.max(), 1.0))
+        assert weights == sorted(weights, reverse=True)
+
+
+def test_routers_other_than_the_inference_free_layout_are_refused_by_name(tiny_dir, compile_artifact, tmp_path):
+    """A Router whose routes are not query: SparseStaticEmbedding and document: MLM -> SpladePooling (an asymmetric
+    dense model, say), or whose query tokenizer is not the documents': refused, with nothing written."""
+    import json
+    import shutil
+
+    from encoderrt.compile import InputError
+
+    source = tm.inference_free_sparse_folder(tiny_dir / "inference-free-document")
+    folder = shutil.copytree(source, tmp_path / "documents-unpooled")
+    config = json.loads((folder / "router_config.json").read_text())
+    config["structure"]["document"] = config["structure"]["document"][:1]
+    (folder / "router_config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="routes query: SparseStaticEmbedding; document: MLMTransformer; encoderrt"):
+        compile_artifact(folder, tmp_path / "artifact")
+    folder = shutil.copytree(source, tmp_path / "other-vocabulary")
+    tokenizer_path = folder / "query_0_SparseStaticEmbedding" / "tokenizer.json"
+    tokenizer = json.loads(tokenizer_path.read_text())
+    tokenizer["model"]["vocab"]["fox"] += 1000
+    tokenizer_path.write_text(json.dumps(tokenizer))
+    with pytest.raises(InputError, match="query tokenizer .* is not the documents'"):
+        compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()

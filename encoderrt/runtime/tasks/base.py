@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import numpy as np
+
 from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.prompts import adapter_index, resolve_prompt, with_prompt
@@ -29,6 +31,9 @@ class Plan(Generic[R]):
     blocking_finish: bool = False
     """`finish` may wait on other work (int8 embeddings calibrate their ranges on first use): an async caller runs
     it off the event loop."""
+    read_tokens: tuple[int, ...] | None = None
+    """Each text's tokens where no row runs them (an inference-free sparse model's queries, answered from its
+    weights), counted as a run row's would be; None: the rows'."""
 
 
 class Request(Generic[R]):
@@ -57,6 +62,8 @@ class ModelContext:
     chunk_long_inputs: bool
     max_token_embeddings: int
     quantizer: EmbeddingQuantizer
+    static_query_weights: np.ndarray | None = None
+    """An inference-free sparse model's weight per token id on its query side (Manifest.static_queries)."""
 
     def require(self, verb: str, *tasks: str) -> None:
         if self.manifest.task not in tasks:

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.manifest import MULTI_VECTORS, MultiVector
+from encoderrt.runtime.manifest import MULTI_VECTORS, SIDES, MultiVector, Side
 from encoderrt.runtime.postprocess import l2_normalize
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tokenizer import Tokens
 
-Side = Literal["query", "document"]
-SIDES = ("query", "document")
 _SIDE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
 """The prompt names encode_query and encode_document look for, in order, when a request names none."""
 
