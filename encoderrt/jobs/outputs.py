@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from encoderrt.runtime.manifest import Side
 from encoderrt.runtime.quantization import Precision
 from encoderrt.runtime.settings import check_choices, setting
 from encoderrt.runtime.tasks import EmbedRequest, MultiVectorRequest, Request, ScoreRequest, SparseEmbedRequest
@@ -64,13 +65,16 @@ class Embeddings(Output):
 
 @dataclass(frozen=True)
 class SparseWeights(Output):
-    """A SPLADE model's (or bge-m3's lexical) weights: token ids and their weights, heaviest first."""
+    """A SPLADE model's (or bge-m3's lexical) weights: token ids and their weights, heaviest first; an inference-free
+    model's document side (what a corpus holds) unless told otherwise."""
 
     name = "sparse"
     top_k: int | None = setting(None, "keep each row's K heaviest weights (sparse)", metavar="K", shown="all above 0")
+    side: Side = setting("document", "an inference-free sparse model's side: document (through the model) or query "
+                         "(its token weights, as encode_query)")
 
     def request(self, values):
-        return SparseEmbedRequest([v[0] for v in values], self.top_k)
+        return SparseEmbedRequest([v[0] for v in values], self.top_k, side=self.side)
 
     def columns(self, value):
         import pyarrow as pa

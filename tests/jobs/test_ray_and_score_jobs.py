@@ -95,6 +95,20 @@ def test_sparse_and_token_vector_rows_match_sentence_transformers(tiny_dir, comp
         assert set(indices) == set(np.flatnonzero(wanted > 0).tolist())
         np.testing.assert_allclose(weights, wanted[indices], rtol=1e-4, atol=1e-5 * wanted.max())
 
+    free = tm.inference_free_sparse_folder(tiny_dir / "inference-free-query", default_route="query")
+    artifact = compile_artifact(free, tmp_path / "inference-free").path
+    model = SparseEncoder(str(free), device="cpu")
+    for side, flags, encode in (("document", [], model.encode_document),
+                                ("query", ["--side", "query"], model.encode_query)):
+        # a corpus job embeds documents, even where the model's default side is the query one
+        assert main(["embed", str(corpus), "-o", str(tmp_path / side), "--model", str(artifact), "--sparse", *flags,
+                     "--shard-rows", "64"]) == 0
+        rows, expected = table(tmp_path / side), encode(texts, convert_to_tensor=True).to_dense().numpy()
+        for indices, weights, wanted in zip(rows.column("indices").to_pylist(), rows.column("weights").to_pylist(),
+                                            expected, strict=True):
+            assert set(indices) == set(np.flatnonzero(wanted > 0).tolist()), side
+            np.testing.assert_allclose(weights, wanted[indices], rtol=1e-4, atol=1e-5 * wanted.max())
+
     colbert = tm.colbert_folder(tiny_dir / "colbert-classic")
     artifact = compile_artifact(colbert, tmp_path / "colbert").path
     assert main(["embed", str(corpus), "-o", str(tmp_path / "vectors"), "--model", str(artifact), "--multi-vector",
