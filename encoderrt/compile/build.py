@@ -116,15 +116,15 @@ def _brief(figures: dict[str, Any]) -> dict[str, Any]:
 
 def _save_static_queries(source: SourceModel, folder: Path) -> StaticQueries | None:
     """An inference-free sparse model's query weights, written into the artifact (compile/static_queries.py)."""
-    if source.static_queries is None:
+    side = source.static_queries
+    if side is None:
         return None
     import numpy as np
 
-    from encoderrt.compile.static_queries import WEIGHTS_FILE, query_max_length, query_weights
+    from encoderrt.compile.static_queries import WEIGHTS_FILE
 
-    weights = query_weights(source.static_queries, source.weights_folder, int(source.config["vocab_size"]))
-    np.save(folder / WEIGHTS_FILE, weights, allow_pickle=False)
-    return StaticQueries(WEIGHTS_FILE, query_max_length(source.static_queries), source.default_side)
+    np.save(folder / WEIGHTS_FILE, side.weights, allow_pickle=False)
+    return StaticQueries(WEIGHTS_FILE, side.max_length, side.default_side)
 
 
 def _save_tokenizer(source: SourceModel, folder: Path) -> int:

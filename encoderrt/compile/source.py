@@ -15,6 +15,7 @@ from typing import Any, Literal
 from encoderrt.compile.adapters import TaskAdapter, find_adapters
 from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
+from encoderrt.compile.static_queries import QuerySide, query_weights, read_router
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
 from encoderrt.runtime.chat_template import ChatTemplate
 from encoderrt.runtime.manifest import (
@@ -93,10 +94,9 @@ class SourceModel:
     """A hybrid (bge-m3) model's colbert and sparse head files (compile/hybrid.py)."""
     hybrid: Hybrid | None = None
     """A hybrid model's lexical and scoring rules (compile/hybrid.py)."""
-    static_queries: Path | None = None
-    """An inference-free sparse model's query side: its SparseStaticEmbedding folder (compile/static_queries.py)."""
-    default_side: str = "document"
-    """Which side an inference-free sparse model takes when a request names none."""
+    static_queries: QuerySide | None = None
+    """An inference-free sparse model's query side: its SparseStaticEmbedding's weights and limit, and the side a
+    request that names none takes (compile/static_queries.py)."""
     prefix_tokens: tuple[str, ...] = ()
     """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
     tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""
@@ -184,8 +184,6 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
         raise InputError(f"{path} is not a list of modules")
     classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
     if classes == ["Router"]:
-        from encoderrt.compile.static_queries import read_router
-
         router = read_router(folder, entries[0].get("path", ""))
         return _Modules(router.transformer_path, router.pooling_path, sparse=True,
                         static_query_path=router.static_path, default_side=router.default_side)
@@ -281,10 +279,29 @@ def _max_length(options: CompileOptions, weights_folder: Path, architecture: Arc
         return options.max_length
     declared = _read_optional_json(weights_folder / "sentence_bert_config.json").get("max_seq_length")
     if declared is None:
-        declared = _read_optional_json(weights_folder / "tokenizer_config.json").get("model_max_length")
+        declared = _tokenizer_limit(weights_folder)
     if isinstance(declared, int) and 2 <= declared < _NO_LIMIT:
         return min(declared, limit)
     return limit
+
+
+def _tokenizer_limit(folder: Path) -> int | None:
+    """The model_max_length the tokenizer in `folder` declares; None where it declares none, or the no-limit
+    sentinel."""
+    declared = _read_optional_json(folder / "tokenizer_config.json").get("model_max_length")
+    given = isinstance(declared, int) and not isinstance(declared, bool) and 1 <= declared < _NO_LIMIT
+    return declared if given else None
+
+
+def _query_side(folder: Path, modules: _Modules | None, weights_folder: Path,
+                config: dict[str, Any]) -> QuerySide | None:
+    """An inference-free model's query side (its Router's SparseStaticEmbedding), read and checked once, before any
+    export; None for every other model."""
+    if modules is None or modules.static_query_path is None:
+        return None
+    static = folder / modules.static_query_path
+    return QuerySide(query_weights(static, weights_folder, int(config["vocab_size"])), _tokenizer_limit(static),
+                     modules.default_side)
 
 
 def inspect_source(options: CompileOptions) -> SourceModel:
@@ -450,8 +467,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
         prefix_tokens=prefixes,
-        static_queries=folder / modules.static_query_path if modules and modules.static_query_path else None,
-        default_side=modules.default_side if modules else "document",
+        static_queries=_query_side(folder, modules, weights_folder, config),
         notes=tuple(notes),
     )
     if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)

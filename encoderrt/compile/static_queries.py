@@ -21,7 +21,17 @@ ROUTER_CONFIG = "router_config.json"
 WEIGHTS_FILE = "query_weights.npy"
 """The query side's weight per token id, float32 [vocab], in the artifact."""
 _DOCUMENT_TRANSFORMERS = ("MLMTransformer", "Transformer")
-_NO_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class QuerySide:
+    """An inference-free model's query side as compile read it, once, before any candidate is built."""
+
+    weights: np.ndarray
+    """float32 [vocab]: the weight per token id."""
+    max_length: int | None
+    """Where its tokenizer cuts a query (None: never), as SparseStaticEmbedding tokenises with truncation."""
+    default_side: str
 
 
 @dataclass(frozen=True)
@@ -85,15 +95,3 @@ def query_weights(static_folder: Path, weights_folder: Path, vocab_size: int) ->
         raise InputError(f"the SparseStaticEmbedding in {static_folder} holds {weight.shape} weights for a vocabulary "
                          f"of {vocab_size}")
     return weight.astype(np.float32)
-
-
-def query_max_length(static_folder: Path) -> int | None:
-    """Where the query side cuts: its tokenizer's model_max_length (None: it never cuts), as SparseStaticEmbedding
-    tokenises with truncation and no other limit."""
-    path = static_folder / "tokenizer_config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    limit = config.get("model_max_length") if isinstance(config, dict) else None
-    return int(limit) if isinstance(limit, (int, float)) and 1 <= limit < _NO_LIMIT else None

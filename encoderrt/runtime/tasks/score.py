@@ -75,8 +75,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     right = [position[t] for t in seconds]
     prefix = model.prompt()
     rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
-    similarity, normalize, width = (SIMILARITIES[model.manifest.similarity], model.manifest.normalize,
-                                    model.manifest.truncate_dim)
+    similarity, width = SIMILARITIES[model.manifest.similarity], model.manifest.truncate_dim
+    normalize = model.manifest.normalize and model.manifest.similarity != "cosine"  # cosine normalises by itself
 
     def scores(outputs: np.ndarray) -> list[float]:
         embeddings = shape_embeddings(outputs, normalize, width)
