@@ -450,15 +450,17 @@ def causal_reranker_folder(folder: Path, seed: int = 3, max_positions: int = 320
     return folder
 
 
-def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4, activation: str = "relu") -> Path:
-    """A SPLADE-style SparseEncoder folder (a BERT MLM head, SpladePooling) saved by sentence-transformers itself."""
+def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int = 4, activation: str = "relu",
+                          **settings) -> Path:
+    """A SPLADE-style SparseEncoder folder (a BERT MLM head, SpladePooling) saved by sentence-transformers itself;
+    `settings` are SparseEncoder's own (prompts, default_prompt_name, max_active_dims)."""
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
 
     mlm_folder = _bert_mlm(folder.with_name(folder.name + "-mlm"), seed)
     modules = [MLMTransformer(str(mlm_folder), max_seq_length=48),
                SpladePooling(pooling_strategy, activation_function=activation)]
-    SparseEncoder(modules=modules, device="cpu").save(str(folder))
+    SparseEncoder(modules=modules, device="cpu", **settings).save(str(folder))
     return folder
 
 
@@ -476,10 +478,10 @@ def _bert_mlm(folder: Path, seed: int) -> Path:
 
 
 def inference_free_sparse_folder(folder: Path, seed: int = 5, default_route: str = "document",
-                                 query_length: int | None = 24) -> Path:
+                                 query_length: int | None = 24, **settings) -> Path:
     """OpenSearch's inference-free layout saved by sentence-transformers itself: a Router whose documents go through a
     BERT MLM head and SpladePooling, and whose queries through a SparseStaticEmbedding of random positive weights
-    (some tokens none), its tokenizer cut at `query_length` tokens."""
+    (some tokens none), its tokenizer cut at `query_length` tokens; `settings` are SparseEncoder's own."""
     import torch
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Router
@@ -493,7 +495,7 @@ def inference_free_sparse_folder(folder: Path, seed: int = 5, default_route: str
     weights = torch.rand(vocabulary) * 4 * (torch.rand(vocabulary) > 0.2)
     queries = [SparseStaticEmbedding(tokenizer=query_tokenizer, weight=weights, frozen=True)]
     router = Router({"query": queries, "document": documents}, default_route=default_route)
-    SparseEncoder(modules=[router], device="cpu").save(str(folder))
+    SparseEncoder(modules=[router], device="cpu", **settings).save(str(folder))
     return folder
 
 

@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kinds.add_argument("--sparse", action="store_true", help="sparse (SPLADE, bge-m3 lexical) weights")
     kinds.add_argument("--multi-vector", action="store_true", help="token vectors (ColBERT, bge-m3)")
     settings.add_arguments(what, Embeddings)
-    settings.add_arguments(what, SparseWeights)
+    dense = {item.name for item in settings.declared(Embeddings)}  # a flag several kinds take (--prompt-name): once
+    settings.add_arguments(what, SparseWeights,
+                           only=[item.name for item in settings.declared(SparseWeights) if item.name not in dense])
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, ...]) -> None:

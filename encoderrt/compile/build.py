@@ -58,6 +58,7 @@ class Build:
             normalize=source.normalize,
             similarity=source.similarity,
             truncate_dim=source.truncate_dim,
+            max_active_dims=source.max_active_dims,
             activation=source.activation,
             labels=source.labels,
             source={

@@ -165,6 +165,25 @@ def _sentence_transformer(source: SourceModel):
     return model
 
 
+def _sparse_encoder(source: SourceModel):
+    """The folder as SparseEncoder loads it, at compile's limit and keeping every weight (max_active_dims is the
+    runtime's to apply: Manifest.max_active_dims)."""
+    from sentence_transformers import SparseEncoder
+
+    model = SparseEncoder(str(source.folder), device="cpu", local_files_only=True)
+    model.max_seq_length, model.max_active_dims = source.max_length, None
+    return model
+
+
+def _sparse_rows(model, source: SourceModel, texts: list[str], **prompt: str) -> np.ndarray:
+    """SparseEncoder's dense rows for `texts`: an inference-free model's document side, its graph, whichever side it
+    takes by default."""
+    encode = model.encode_document if source.static_queries else model.encode
+    vectors = encode(texts, batch_size=reference_batch(source.max_length), convert_to_tensor=True,
+                     show_progress_bar=False, **prompt)
+    return vectors.to_dense().numpy().astype(np.float32)
+
+
 def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[str], list[str]]) -> tuple[np.ndarray, str]:
     import torch
 
@@ -177,14 +196,9 @@ def _reference_outputs(source: SourceModel, texts: list[str], pairs: tuple[list[
         return (model.encode(texts, prompt="", batch_size=batch, convert_to_numpy=True, show_progress_bar=False),
                 "sentence-transformers SentenceTransformer.encode")
     if source.task == "sparse":
-        from sentence_transformers import SparseEncoder
-
-        model = SparseEncoder(folder, device="cpu", local_files_only=True)
-        model.max_seq_length = source.max_length
-        # an inference-free model's graph is its document side, whichever side it takes by default
-        encode = model.encode_document if source.static_queries else model.encode
-        vectors = encode(texts, batch_size=batch, convert_to_tensor=True, show_progress_bar=False)
-        return vectors.to_dense().numpy().astype(np.float32), "sentence-transformers SparseEncoder.encode"
+        # prompt="": the plain probes go through without the folder's default prompt (the prompted ones follow)
+        return (_sparse_rows(_sparse_encoder(source), source, texts, prompt=""),
+                "sentence-transformers SparseEncoder.encode")
     if source.task == "score":
         from sentence_transformers import CrossEncoder
 
@@ -404,7 +418,7 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
     starts = adapters = None
-    if source.prompts and source.task == "embed" and name.startswith("sentence-transformers"):
+    if source.prompts and source.task in ("embed", "sparse") and name.startswith("sentence-transformers"):
         prompted, prompts, outputs = _prompted_reference(source, texts[:6])
         if not source.include_prompt:
             starts = [0] * len(texts) + [tokenizer.prompt_length(prompt) for prompt in prompts]
@@ -425,8 +439,8 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
 def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
     """Each prompt prepended to `texts` (what the engine feeds its graph), the prompt of each, and
     sentence-transformers' outputs for encode(texts, prompt_name=name)."""
-    model = _sentence_transformer(source)
     prompted, prompts, outputs = [], [], []
+    model = _sparse_encoder(source) if source.task == "sparse" else _sentence_transformer(source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, prompt in source.prompts.items():
@@ -434,7 +448,8 @@ def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str
                 continue  # the task's adapter applies too: _adapted_reference's
             prompted += [prompt + text for text in texts]
             prompts += [prompt] * len(texts)
-            outputs.append(model.encode(texts, prompt_name=name, batch_size=reference_batch(source.max_length),
+            outputs.append(_sparse_rows(model, source, texts, prompt_name=name) if source.task == "sparse" else
+                           model.encode(texts, prompt_name=name, batch_size=reference_batch(source.max_length),
                                         convert_to_numpy=True, show_progress_bar=False))
     return prompted, prompts, np.concatenate(outputs)
 

@@ -69,6 +69,8 @@ class SourceModel:
     """An embedding model's default width, the folder's truncate_dim (Manifest.truncate_dim)."""
     similarity: Similarity = "cosine"
     """An embedding model's score of two texts: the folder's similarity_fn_name (runtime/postprocess.py)."""
+    max_active_dims: int | None = None
+    """A sparse model's default number of weights kept a text, the folder's max_active_dims (Manifest's)."""
     folder_pooling: Pooling | None = None
     """The pooling the sentence-transformers folder declares; parity uses it as reference when unchanged."""
     dense_folders: tuple[Path, ...] = ()
@@ -428,8 +430,13 @@ def inspect_source(options: CompileOptions) -> SourceModel:
 
     similarity = _similarity(st_config, notes) if task == "embed" else "cosine"
     truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
-    prompts, default_prompt_name = (_prompts(st_config, config_path) if task in ("embed", "score", "multi_vector", "hybrid")
-                                    else ({}, None))
+    max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
+    if max_active_dims is not None and (isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int)
+                                        or max_active_dims < 1):
+        raise InputError(f"config_sentence_transformers.json's max_active_dims {max_active_dims!r} is not a positive "
+                         "integer")
+    prompts, default_prompt_name = (_prompts(st_config, config_path)
+                                    if task in ("embed", "score", "sparse", "multi_vector", "hybrid") else ({}, None))
     answer_tokens = chat_template = None
     if head == ["LogitScore"]:
         answer_tokens = _answer_tokens(folder / modules.logit_score_path if modules and modules.logit_score_path else None,
@@ -452,6 +459,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         labels=labels if task in _HEADED else (),
         similarity=similarity,
         truncate_dim=truncate_dim,
+        max_active_dims=max_active_dims,
         folder_pooling=folder_pooling,
         dense_folders=dense_folders,
         prompts=prompts,

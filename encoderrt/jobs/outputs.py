@@ -52,7 +52,8 @@ class Embeddings(Output):
     precision: Precision = setting("float32", "int8 and uint8 by the model's calibrated ranges, binary and ubinary "
                                    "packed 8 dimensions a byte (as the server's encoding precisions)")
     prompt_name: str | None = setting(None, "one of the model's prompts (sentence-transformers' prompt_name)",
-                                      metavar="NAME", shown="the model's default prompt")
+                                      metavar="NAME", shown="the model's default prompt; with --sparse or "
+                                      "--multi-vector, the side's own")
     normalize: bool | None = setting(None, "unit-length vectors", shown="the model's (its Normalize module)")
 
     def request(self, values):
@@ -69,12 +70,14 @@ class SparseWeights(Output):
     model's document side (what a corpus holds) unless told otherwise."""
 
     name = "sparse"
-    top_k: int | None = setting(None, "keep each row's K heaviest weights (sparse)", metavar="K", shown="all above 0")
-    side: Side = setting("document", "an inference-free sparse model's side: document (through the model) or query "
-                         "(its token weights, as encode_query)")
+    top_k: int | None = setting(None, "keep each row's K heaviest weights (sparse)", metavar="K",
+                                shown="the model's max_active_dims, or all above 0")
+    side: Side = setting("document", "embed as encode_document (the document prompt; an inference-free model's "
+                         "documents through the model) or as encode_query (its query prompt; its token weights)")
+    prompt_name: str | None = setting(None, "one of the model's prompts", metavar="NAME", shown="the side's own")
 
     def request(self, values):
-        return SparseEmbedRequest([v[0] for v in values], self.top_k, side=self.side)
+        return SparseEmbedRequest([v[0] for v in values], self.top_k, side=self.side, prompt_name=self.prompt_name)
 
     def columns(self, value):
         import pyarrow as pa

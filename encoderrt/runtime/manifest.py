@@ -172,6 +172,9 @@ class Manifest:
     truncate_dim: int | None = None
     """An embedding model's default width (the folder's truncate_dim): its embeddings are cut to it, as
     sentence-transformers' encode cuts them, unless a request asks for other dimensions."""
+    max_active_dims: int | None = None
+    """A sparse model's default number of weights kept a text, the heaviest (the folder's max_active_dims, as
+    SparseEncoder.encode keeps them), unless a request asks for its own top_k."""
     similarity: Similarity = "cosine"
     """How an embedding model scores a pair of texts (score and rerank): sentence-transformers' similarity_fn_name
     from the folder, on the embeddings as encode returns them (normalised only where the model normalises)."""
@@ -267,6 +270,9 @@ class Manifest:
             raise ManifestError("a hybrid manifest needs its hybrid rules")
         if self.truncate_dim is not None and not 1 <= self.truncate_dim <= self.shape.output_dim:
             raise ManifestError(f"manifest truncate_dim {self.truncate_dim} is outside 1..{self.shape.output_dim}")
+        if self.max_active_dims is not None and (self.task != "sparse" or self.max_active_dims < 1):
+            raise ManifestError(f"manifest max_active_dims {self.max_active_dims} needs a sparse model and a count "
+                                "of 1 or more")
         if self.similarity not in SIMILARITIES:
             raise ManifestError(f"manifest similarity {self.similarity!r} is not one of {SIMILARITIES}")
         if self.activation not in ACTIVATIONS:

@@ -27,6 +27,19 @@ def resolve_prompt(prompts: Mapping[str, str], default_name: str | None, prompt_
     return prompts.get(name, "") if name else ""
 
 
+SIDE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
+"""The prompt names encode_query and encode_document look for, in order, when a request names none."""
+
+
+def side_prompt_name(prompts: Mapping[str, str], side: str | None, prompt_name: str | None,
+                     prompt: str | None) -> str | None:
+    """The prompt name a request on one side goes by, as encode_query / encode_document choose it: its own, else the
+    first of the side's names the model has; None (the model's default prompt) where neither applies."""
+    if prompt_name is not None or prompt is not None or side is None:
+        return prompt_name
+    return next((name for name in SIDE_PROMPTS[side] if name in prompts), None)
+
+
 def adapter_index(adapters: Sequence[str], default_name: str | None, prompt_name: str | None) -> int:
     """The graph's `adapter` input for a request: 1 + its task's index in the manifest's adapters, 0 for none."""
     name = _named(prompt_name, default_name)

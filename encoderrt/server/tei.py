@@ -62,11 +62,15 @@ class EmbedSparseBody(RequestBody):
     """Which served model answers; TEI serves one, so it is optional here."""
     inputs: str | NonEmpty[str]
     truncate: AutoTruncate = True
+    prompt_name: str | None = None
+    """One of the model's prompts, as TEI takes it; unset: the side's prompt (below), else the model's default."""
+    truncation_direction: Literal["Right", "Left"] = "Right"
+    """Which end `truncate` cuts; Left keeps a text's end."""
     top_k: int | None = None
-    """encoderrt extension: only the k heaviest tokens of each vector."""
+    """encoderrt extension: only the k heaviest tokens of each vector (unset: the model's max_active_dims, or all)."""
     side: Literal["query", "document"] | None = None
-    """encoderrt extension: the side of an inference-free sparse model (queries from its token weights, documents
-    through the model), as encode_query / encode_document; unset, the model's default side."""
+    """encoderrt extension: embed as encode_query / encode_document do (the side's prompt; an inference-free model's
+    queries from its token weights, documents through the model); unset, as encode (the model's default side)."""
 
 
 class PredictBody(RequestBody):
@@ -135,7 +139,9 @@ async def embed_sparse(body: EmbedSparseBody, request: Request) -> Response:
     served = common.resolve(request, body.model, "embed_sparse")
     texts = as_texts(body.inputs, "inputs")
     common.check_items(request, texts, "inputs")
-    completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate, body.side))
+    completion = await served.engine.arun(SparseEmbedRequest(texts, body.top_k, body.truncate, body.side,
+                                                             prompt_name=body.prompt_name,
+                                                             truncation_side=body.truncation_direction.lower()))
     vectors = [common.sparse_values(row) for row in completion.value]
     return common.reply(vectors, completion, started)
 

@@ -119,10 +119,10 @@ class TEIService:
         started = time.perf_counter()
         served = self._served("embed_sparse", model)
         first = requests[0]
-        if first.truncation_direction != 0 or first.HasField("prompt_name"):
-            raise InvalidRequest("sparse embeddings take neither prompt_name nor a truncation_direction but Right")
         texts = [request.inputs for request in requests]
-        completion = await served.engine.arun(SparseEmbedRequest(texts, None, first.truncate))
+        completion = await served.engine.arun(SparseEmbedRequest(
+            texts, None, first.truncate, prompt_name=_prompt_name(first),
+            truncation_side=SIDES[first.truncation_direction]))
         return [proto.message("EmbedSparseResponse")(sparse_embeddings=common.sparse_values(row), metadata=metadata)
                 for row, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 

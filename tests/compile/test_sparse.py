@@ -49,7 +49,7 @@ def test_sparse_vectors_match_sparse_encoder(folder, target, compile_artifact, t
         assert best == row[:3]
 
 
-def _embed_sparse_stream(target: str, texts: list[str]) -> list:
+def _embed_sparse_stream(target: str, texts: list[str], **fields) -> list:
     import grpc
 
     from encoderrt import proto
@@ -58,7 +58,7 @@ def _embed_sparse_stream(target: str, texts: list[str]) -> list:
     with grpc.insecure_channel(target) as channel:
         stream = channel.stream_stream("/tei.v1.Embed/EmbedSparseStream", request_serializer=request.SerializeToString,
                                        response_deserializer=reply.FromString)
-        return list(stream(iter(request(inputs=text, truncate=True) for text in texts), timeout=60))
+        return list(stream(iter(request(inputs=text, truncate=True, **fields) for text in texts), timeout=60))
 
 
 def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
@@ -162,3 +162,72 @@ def test_routers_other_than_the_inference_free_layout_are_refused_by_name(tiny_d
     with pytest.raises(InputError, match="query tokenizer .* is not the documents'"):
         compile_artifact(folder, tmp_path / "artifact")
     assert not (tmp_path / "artifact").exists()
+
+
+def _dense(vectors) -> np.ndarray:
+    return vectors.to_dense().numpy()
+
+
+def test_prompts_sides_and_max_active_dims_as_sparse_encoder_applies_them(tiny_dir, compile_artifact, tmp_path):
+    """A SparseEncoder folder's prompts and max_active_dims, as encode, encode_query and encode_document apply them:
+    a side's own prompt, else the default one; a request's prompt_name or prompt over both; the folder's
+    max_active_dims unless top_k asks for more. TEI's /embed_sparse and gRPC EmbedSparse take prompt_name and
+    truncation_direction as TEI does."""
+    from sentence_transformers import SparseEncoder
+
+    prompts = {"query": "search query: ", "passage": "a passage about ", "topic": "the topic is "}
+    folder = tm.sparse_encoder_folder(tiny_dir / "splade-prompted", prompts=prompts, default_prompt_name="topic",
+                                      max_active_dims=7)
+    model = SparseEncoder(str(folder), device="cpu")
+    assert (model.max_active_dims, model.default_prompt_name) == (7, "topic")
+    long_text = " ".join(tm.CORPUS_WORDS)  # past the 48-token limit, its start and end different words
+    texts = [*TEXTS, long_text]
+    expected = {"encode": _dense(model.encode(texts)), "query": _dense(model.encode_query(texts)),
+                "document": _dense(model.encode_document(texts)), "plain": _dense(model.encode(texts, prompt="")),
+                "named": _dense(model.encode_query(texts, prompt_name="topic")),
+                "wide": _dense(model.encode(texts, max_active_dims=30))}
+    model[0].tokenizer.truncation_side = "left"
+    left = _dense(model.encode_query(texts))
+    assert not np.array_equal(left[-1] > 0, expected["query"][-1] > 0)  # the end kept is not the start
+    assert max(np.count_nonzero(row) for row in expected["encode"]) == 7 < np.count_nonzero(expected["wide"][-1])
+    for name in ("query", "document", "plain"):  # each prompt changes the weights
+        assert not np.array_equal(expected[name] > 0, expected["encode"] > 0), name
+    result = compile_artifact(folder, tmp_path / "artifact")
+    assert result.manifest.max_active_dims == 7 and result.manifest.prompts == model.prompts
+    with Engine.load(result.path) as engine:
+        got = {"encode": engine.embed_sparse(texts), "query": engine.embed_sparse(texts, side="query"),
+               "document": engine.embed_sparse(texts, side="document"), "plain": engine.embed_sparse(texts, prompt=""),
+               "named": engine.embed_sparse(texts, side="query", prompt_name="topic"),
+               "wide": engine.embed_sparse(texts, top_k=30)}
+        with pytest.raises(InvalidRequest, match="unknown prompt_name 'title'; this model's prompts are: document, pa"):
+            engine.embed_sparse(texts, prompt_name="title")
+        settings = ServerSettings(grpc_port=free_port())
+        with running_server(create_app(settings, ready_registry(splade=engine)), settings) as url, \
+                httpx.Client(base_url=url, timeout=60) as http:
+            served = http.post("/embed_sparse", json={"inputs": texts, "prompt_name": "query",
+                                                      "truncation_direction": "Left"})
+            streamed = _embed_sparse_stream(f"127.0.0.1:{settings.grpc_port}", texts, prompt_name="query",
+                                            truncation_direction=1)
+    for name, rows in got.items():
+        _assert_sparse(rows, expected[name], rtol=1e-4)
+    assert served.status_code == 200, served.text
+    _assert_sparse([[(item["index"], item["value"]) for item in row] for row in served.json()], left, rtol=1e-4)
+    _assert_sparse([[(item.index, item.value) for item in reply.sparse_embeddings] for reply in streamed], left,
+                   rtol=1e-4)
+
+
+def test_an_inference_free_models_prompts_reach_its_query_weights(tiny_dir, compile_artifact, tmp_path):
+    """encode_query puts the query prompt in front of the text the token weights read; encode_document the document
+    prompt in front of the text the model runs; encode, the default prompt, on the Router's default route."""
+    from sentence_transformers import SparseEncoder
+
+    folder = tm.inference_free_sparse_folder(tiny_dir / "inference-free-prompted", prompts={
+        "query": "nations search ", "document": "über das "}, default_prompt_name="query", max_active_dims=5)
+    result = compile_artifact(folder, tmp_path / "artifact", target="openvino")
+    model = SparseEncoder(str(folder), device="cpu")
+    texts = TEXTS[:4]
+    with Engine.load(result.path) as engine:
+        for side, encode in (("query", model.encode_query), ("document", model.encode_document), (None, model.encode)):
+            expected = _dense(encode(texts))
+            assert not np.array_equal(expected > 0, _dense(encode(texts, prompt="")) > 0), side
+            _assert_sparse(engine.embed_sparse(texts, side=side), expected, rtol=1e-4)

@@ -239,8 +239,8 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
                                            "weights (--sparse)",
         ("--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to dense embeddings",
         ("--multi-vector", "--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to token vectors",
-        ("--sparse", "--prompt-name", "query"): "--prompt-name applies to token vectors (--multi-vector) and dense "
-                                                "embeddings (the default), not to sparse weights",
+        ("--sparse", "--dimensions", "4"): "--dimensions applies to dense embeddings (the default), not to sparse "
+                                           "weights",
         ("--multi-vector", "--normalize", "--precision", "int8", "--dimensions", "4"):
             "--dimensions, --precision and --normalize apply to dense embeddings (the default), not to token vectors",
         ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",

@@ -95,12 +95,16 @@ def test_sparse_and_token_vector_rows_match_sentence_transformers(tiny_dir, comp
         assert set(indices) == set(np.flatnonzero(wanted > 0).tolist())
         np.testing.assert_allclose(weights, wanted[indices], rtol=1e-4, atol=1e-5 * wanted.max())
 
-    free = tm.inference_free_sparse_folder(tiny_dir / "inference-free-query", default_route="query")
+    free = tm.inference_free_sparse_folder(tiny_dir / "inference-free-query-prompted", default_route="query",
+                                           prompts={"query": "nations search ", "document": "über das "})
     artifact = compile_artifact(free, tmp_path / "inference-free").path
     model = SparseEncoder(str(free), device="cpu")
     for side, flags, encode in (("document", [], model.encode_document),
-                                ("query", ["--side", "query"], model.encode_query)):
-        # a corpus job embeds documents, even where the model's default side is the query one
+                                ("query", ["--side", "query"], model.encode_query),
+                                ("named", ["--prompt-name", "query"],
+                                 lambda texts, **kw: model.encode_document(texts, prompt_name="query", **kw))):
+        # a corpus job embeds documents, even where the model's default side is the query one; each side with its
+        # prompt
         assert main(["embed", str(corpus), "-o", str(tmp_path / side), "--model", str(artifact), "--sparse", *flags,
                      "--shard-rows", "64"]) == 0
         rows, expected = table(tmp_path / side), encode(texts, convert_to_tensor=True).to_dense().numpy()

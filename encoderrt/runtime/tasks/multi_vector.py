@@ -17,12 +17,10 @@ import numpy as np
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import MULTI_VECTORS, SIDES, MultiVector, Side
 from encoderrt.runtime.postprocess import l2_normalize
+from encoderrt.runtime.prompts import side_prompt_name
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tokenizer import Tokens
-
-_SIDE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
-"""The prompt names encode_query and encode_document look for, in order, when a request names none."""
 
 
 @dataclass(frozen=True)
@@ -62,9 +60,7 @@ def side_rows(model: ModelContext, texts: list[str], side: str, truncate: Trunca
     if side not in SIDES:
         raise InvalidRequest(f"side must be 'query' or 'document', got {side!r}")
     rules = rules_of(model)
-    if prompt_name is None and prompt is None:
-        prompt_name = next((name for name in _SIDE_PROMPTS[side] if name in model.manifest.prompts), None)
-    prefix = model.prompt(prompt_name, prompt)
+    prefix = model.prompt(side_prompt_name(model.manifest.prompts, side, prompt_name, prompt), prompt)
     tokenizer, cut = model.tokenizer_for(truncate)
     length = rules.length(side)
     if length is not None and length < tokenizer.max_length:

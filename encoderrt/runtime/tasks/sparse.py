@@ -1,8 +1,8 @@
-"""Sparse (SPLADE) embeddings: per text, the (token id, weight) pairs above zero, heaviest first.
+"""Sparse (SPLADE) embeddings: per text, the (token id, weight) pairs above zero, heaviest first, as SparseEncoder's
+encode, encode_query and encode_document return them: the side's prompt in front, the folder's max_active_dims kept.
 
 An inference-free sparse model (Manifest.static_queries) embeds its documents through the graph and its queries
-from fixed weights, one per token the query holds, as sentence-transformers' encode_document and encode_query do;
-a request names its side, or takes the model's default one."""
+from fixed weights, one per token the query holds; a request names its side, or takes the model's default one."""
 
 from __future__ import annotations
 
@@ -14,20 +14,28 @@ import numpy as np
 from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 from encoderrt.runtime.manifest import SIDES, Side
 from encoderrt.runtime.postprocess import sparse_rows
+from encoderrt.runtime.prompts import side_prompt_name, with_prompt
 from encoderrt.runtime.requests import NoLongerThan, TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request, check_count
 
 
 @dataclass(frozen=True)
 class SparseEmbedRequest(Request[list[list[tuple[int, float]]]]):
-    """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first; top_k keeps the k
-    heaviest of each. `side`: "query" or "document" for a model that embeds them apart (an inference-free one);
-    None: the model's default side (a SPLADE model embeds both alike)."""
+    """A sparse (SPLADE) model's vectors as (token id, weight) pairs above zero, heaviest first."""
 
     texts: TextOrTexts
     top_k: int | None = None
+    """Keep the k heaviest of each; None: the model's max_active_dims, else all."""
     truncate: Truncation = True
     side: Side | None = None
+    """"query" or "document", as encode_query / encode_document: the side's prompt, and an inference-free model's
+    route; None: as encode (the default prompt, the model's default route)."""
+    prompt_name: str | None = None
+    """One of the model's prompts; None: the side's own, else the model's default."""
+    prompt: str | None = None
+    """A prompt given verbatim, over prompt_name ("" for none)."""
+    truncation_side: str = "right"
+    """Which end truncation cuts: "left" keeps a text's end."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [self.texts] if isinstance(self.texts, str) else self.texts
@@ -39,15 +47,24 @@ class SparseEmbedRequest(Request[list[list[tuple[int, float]]]]):
         if model.manifest.task == "hybrid":  # bge-m3's lexical weights, in the same shape
             from encoderrt.runtime.tasks.hybrid import HybridEmbedRequest
 
+            if self.prompt_name is not None or self.prompt or self.truncation_side != "right":
+                raise InvalidRequest("a hybrid model's lexical weights take no prompt and are cut at the text's end")
             lexical = HybridEmbedRequest(self.texts, ("sparse",), self.truncate, self.top_k).plan(model)
             return Plan(lexical.rows, lambda outputs: [e.sparse for e in lexical.finish(outputs)], outputs=lexical.outputs)
         check_count("top_k", self.top_k)
+        top_k = self.top_k or model.manifest.max_active_dims
+        texts = as_texts(self.texts, "texts")
+        prefix = model.prompt(side_prompt_name(model.manifest.prompts, self.side, self.prompt_name, self.prompt),
+                              self.prompt)
         static, weights = model.manifest.static_queries, model.static_query_weights
         if static is not None and weights is not None and (self.side or static.default_side) == "query":
-            return _static_queries(model, weights, static.max_length, as_texts(self.texts, "texts"), self.truncate,
-                                   self.top_k)
+            if self.truncation_side != "right":
+                raise InvalidRequest("an inference-free model's queries are cut at their end: truncation side must be "
+                                     "'right'")
+            return _static_queries(model, weights, static.max_length, with_prompt(texts, prefix), self.truncate, top_k)
         tokenizer, cut = model.tokenizer_for(self.truncate)
-        return Plan(tokenizer.encode(as_texts(self.texts, "texts"), cut), lambda out: sparse_rows(out, self.top_k))
+        rows = model.prompted_rows(texts, prefix, tokenizer, cut, self.truncation_side)
+        return Plan(rows, lambda out: sparse_rows(out, top_k))
 
 
 def _static_queries(model: ModelContext, weights: np.ndarray, limit: int | None, texts: list[str], truncate: Truncation,
