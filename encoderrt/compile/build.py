@@ -142,8 +142,24 @@ def _save_tokenizer(source: SourceModel, folder: Path) -> int:
         from encoderrt.compile.multi_vector import register_prefix_tokens
 
         register_prefix_tokens(tokenizer, source.prefix_tokens)
+    if source.lowercase:
+        _lowercase_first(tokenizer)
     tokenizer.save_pretrained(folder)
     if not (folder / TOKENIZER_FILE).is_file():
         raise InputError(f"the tokenizer in {source.weights_folder} could not be saved as {TOKENIZER_FILE}")
     pad = tokenizer.pad_token_id
     return int(pad if pad is not None else source.config.get("pad_token_id") or 0)
+
+
+def _lowercase_first(tokenizer) -> None:
+    """A Lowercase normalizer in front of the tokenizer's own, where it has none, as sentence-transformers adds one
+    for a Transformer module saved with do_lower_case."""
+    from tokenizers.normalizers import Lowercase, Sequence
+
+    backend = tokenizer.backend_tokenizer
+    normalizer = backend.normalizer
+    if isinstance(normalizer, Lowercase) or (isinstance(normalizer, Sequence)
+                                             and any(isinstance(n, Lowercase) for n in normalizer)):
+        return
+    backend.normalizer = Sequence([Lowercase(), *(list(normalizer) if isinstance(normalizer, Sequence)
+                                                  else [normalizer] if normalizer is not None else [])])

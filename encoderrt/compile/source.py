@@ -99,6 +99,9 @@ class SourceModel:
     static_queries: QuerySide | None = None
     """An inference-free sparse model's query side: its SparseStaticEmbedding's weights and limit, and the side a
     request that names none takes (compile/static_queries.py)."""
+    lowercase: bool = False
+    """The Transformer's do_lower_case (sentence_bert_config.json): the artifact's tokenizer lowercases texts first,
+    as sentence-transformers puts a Lowercase normalizer in front of the folder's."""
     prefix_tokens: tuple[str, ...] = ()
     """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
     tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""
@@ -475,6 +478,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
         prefix_tokens=prefixes,
+        lowercase=bool(_read_optional_json(weights_folder / "sentence_bert_config.json").get("do_lower_case")),
         static_queries=_query_side(folder, modules, weights_folder, config),
         notes=tuple(notes),
     )

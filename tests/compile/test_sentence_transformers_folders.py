@@ -202,3 +202,26 @@ def test_a_folders_truncate_dim_is_the_default_width(tiny_dir, compile_artifact,
         config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "truncate_dim": bad}))
         with pytest.raises(InputError, match="truncate_dim .* is not a width from 1 to"):
             inspect_source(CompileOptions(model_dir=truncated, output_dir=tmp_path / "unused"))
+
+
+def test_a_transformer_saved_with_do_lower_case_lowercases_texts_first(tiny_dir, compile_artifact, tmp_path):
+    """do_lower_case in sentence_bert_config.json over a cased tokenizer (CamemBERT's Unigram): sentence-transformers
+    lowercases texts before tokenising, and the artifact's tokenizer does too (compile's parity refused it before)."""
+    import json
+
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    folder = tm.sentence_transformers_folder(tiny_dir / "camembert-do-lower-case", "mean", family="camembert")
+    config_path = folder / "sentence_bert_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "do_lower_case": True}))
+    texts = ["The Quick Brown FOX", "PARIS and Rome", "ÜBER GRÖSSE Café", "x", *TEXTS]
+    cased = AutoTokenizer.from_pretrained(folder)
+    assert cased(texts[:3])["input_ids"] != cased([t.lower() for t in texts[:3]])["input_ids"]  # lowercasing matters
+    expected = SentenceTransformer(str(folder), device="cpu").encode(texts)
+    result = compile_artifact(folder, tmp_path / "artifact")
+    with Engine.load(result.path) as engine:
+        got = engine.embed(texts)
+        lowered = cased([text.lower() for text in texts[:3]])["input_ids"]
+        assert engine.count_tokens(texts[:3]) == sum(map(len, lowered))
+    assert cosine_rows(np.asarray(got), expected).min() >= 0.99999
