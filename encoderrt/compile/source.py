@@ -260,8 +260,11 @@ def _check_weights(folder: Path) -> None:
 
 
 def _activation(folder: Path, config: dict[str, Any], num_labels: int, task: Task) -> Activation:
+    """A classifier's by transformers' text-classification rule (its config's problem_type: sigmoid for each label
+    of a multi-label one, none for regression, else softmax); a cross-encoder's by sentence-transformers' rule."""
     if task == "classify":
-        return "softmax"
+        return {"multi_label_classification": "sigmoid", "regression": "identity"}.get(config.get("problem_type"),
+                                                                                       "softmax")
     st_config = _read_optional_json(folder / "config_sentence_transformers.json")
     declared = (
         st_config.get("activation_fn")

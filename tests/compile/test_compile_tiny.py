@@ -162,3 +162,33 @@ def test_quantiser_writes_the_weight_type_asked_for(unsigned, expected, tiny_art
 
     quantize_int8(tiny_artifacts["bert-cross-encoder"] / "model.onnx", tmp_path / "q.onnx", unsigned_weights=unsigned)
     assert _quantised_weight_types(tmp_path / "q.onnx") == expected
+
+
+@pytest.mark.parametrize("problem_type", ["multi_label_classification", "single_label_classification"])
+def test_a_classifier_scores_labels_as_the_text_classification_pipeline_does(problem_type, tiny_dir, compile_artifact,
+                                                                             tmp_path):
+    """A multi-label classifier (toxicity, emotions: config's problem_type) scores each label by its sigmoid, a
+    single-label one by softmax: the scores transformers' text-classification pipeline returns."""
+    import json
+
+    from transformers import pipeline
+
+    import tiny_models as tm
+    from encoderrt import Engine
+
+    folder = tm.bert_checkpoint(tiny_dir / f"classifier-{problem_type}", num_labels=4, seed=11)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "problem_type": problem_type}))
+    classifier = pipeline("text-classification", model=str(folder), top_k=None, device="cpu")
+    expected = classifier(TEXTS, truncation=True)
+    result = compile_artifact(folder, tmp_path / "artifact")
+    multi_label = problem_type == "multi_label_classification"
+    assert result.manifest.activation == ("sigmoid" if multi_label else "softmax")
+    with Engine.load(result.path) as engine:
+        classified = engine.classify(TEXTS)
+    for got, reference in zip(classified, expected, strict=True):
+        scores = {item["label"]: item["score"] for item in reference}
+        np.testing.assert_allclose(got.probs, [scores[label] for label in result.manifest.labels], atol=1e-5)
+        assert got.label == reference[0]["label"]
+    sums = [sum(got.probs) for got in classified]
+    assert (min(abs(total - 1) for total in sums) > 0.05) if multi_label else np.allclose(sums, 1)

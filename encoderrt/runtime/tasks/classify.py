@@ -1,5 +1,6 @@
-"""Classification: each text's label, probabilities and logits (a classifier's softmax, or a cross-encoder's own
-activation)."""
+"""Classification: each text's label, probabilities and logits, by the model's activation (a classifier's softmax, or
+sigmoid for each label of a multi-label one, as transformers' text-classification pipeline applies them; a
+cross-encoder's own)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from encoderrt.runtime.postprocess import ACTIVATIONS, softmax
+from encoderrt.runtime.postprocess import ACTIVATIONS
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 
@@ -35,7 +36,7 @@ class ClassifyRequest(Request[list[Classification]]):
         labels = model.manifest.labels
         tokenizer, cut = model.tokenizer_for(self.truncate)
         rows = tokenizer.encode(as_texts(self.texts, "texts"), cut)
-        activation = ACTIVATIONS[model.manifest.activation] if model.manifest.task == "score" else softmax
+        activation = ACTIVATIONS[model.manifest.activation]
 
         def classified(outputs: np.ndarray) -> list[Classification]:
             return [Classification(labels[int(np.argmax(p))], p.astype(float).tolist(), row.astype(float).tolist())
