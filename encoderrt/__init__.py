@@ -9,8 +9,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["ClassifyRequest", "EmbedRequest", "Engine", "EngineConfig", "RerankRequest", "ScoreRequest", "__version__",
-           "embed_corpus", "score_corpus"]
-_JOBS = ("embed_corpus", "score_corpus")
+           "embed_corpus", "score_corpus", "classify_corpus"]
+_JOBS = ("embed_corpus", "score_corpus", "classify_corpus")
 
 
 def __getattr__(name: str) -> Any:

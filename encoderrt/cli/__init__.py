@@ -1,14 +1,14 @@
-"""Command line: `encoderrt compile|serve|embed|score|bench|cache` and the `compile-model` shortcut; one module per command,
-each with HELP, add_arguments(parser) and run(args) -> exit code."""
+"""Command line: `encoderrt compile|serve|embed|score|classify|bench|cache` and the `compile-model` shortcut; one
+module per command, each with HELP, add_arguments(parser) and run(args) -> exit code."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from encoderrt.cli import bench, cache, compile, embed, score, serve
+from encoderrt.cli import bench, cache, classify, compile, embed, score, serve
 
-COMMANDS = {"compile": compile, "serve": serve, "embed": embed, "score": score, "bench": bench,
+COMMANDS = {"compile": compile, "serve": serve, "embed": embed, "score": score, "classify": classify, "bench": bench,
             "cache": cache}
 
 

@@ -1,7 +1,8 @@
 """Bulk jobs: a corpus in files -> an engine -> Parquet (or .npy) shards, resumable, here or on a Ray cluster.
 
-`embed_corpus` and `score_corpus` are the Python face of `encoderrt embed` and `encoderrt score`; both run the same
-job (jobs/job.py on one machine, jobs/on_ray.py on Ray Data) and write the same output folder (jobs/shards.py).
+`embed_corpus`, `score_corpus` and `classify_corpus` are the Python face of `encoderrt embed`, `encoderrt score` and
+`encoderrt classify`; all run the same job (jobs/job.py on one machine, jobs/on_ray.py on Ray Data) and write the
+same output folder (jobs/shards.py).
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from encoderrt.jobs.job import JobFailed, JobSettings, load_engine, run_job
-from encoderrt.jobs.outputs import KINDS, Embeddings, Output, PairScores, SparseWeights, TokenVectors
+from encoderrt.jobs.outputs import KINDS, Embeddings, Labels, Output, PairScores, SparseWeights, TokenVectors
 from encoderrt.jobs.placement import RayPlacement
 from encoderrt.jobs.progress import Progress, Summary
 from encoderrt.runtime import Engine, EngineConfig
 
-__all__ = ["JobFailed", "JobSettings", "RayPlacement", "Summary", "embed_corpus", "score_corpus", "KINDS", "Embeddings",
-           "SparseWeights", "TokenVectors", "PairScores"]
+__all__ = ["JobFailed", "JobSettings", "RayPlacement", "Summary", "embed_corpus", "score_corpus", "classify_corpus",
+           "KINDS", "Embeddings", "SparseWeights", "TokenVectors", "PairScores", "Labels"]
 
 
 def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, model: str | Path | None = None, *,
@@ -26,9 +27,9 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
     """Embed every row of `inputs` (files, folders or globs) into `output`, a folder of shards; rerun to resume.
 
     `model`: an artifact folder, a model folder (compiled once) or None for the bundled all-MiniLM-L6-v2. `kind`:
-    what to compute (default `Embeddings()`; `SparseWeights()`, `TokenVectors()`, `PairScores()`); `settings`:
-    JobSettings' fields (`text_field`, `id_field`, `shard_rows`, `output_format`, `on_error`, `compile_precision`
-    ...). An `engine` already loaded is used as it is (its artifact is the model; `model`, `config`,
+    what to compute (default `Embeddings()`; `SparseWeights()`, `TokenVectors()`, `PairScores()`, `Labels()`);
+    `settings`: JobSettings' fields (`text_field`, `id_field`, `shard_rows`, `output_format`, `on_error`,
+    `compile_precision` ...). An `engine` already loaded is used as it is (its artifact is the model; `model`, `config`,
     `compile_precision` and `ray` are refused beside it); `ray=True` (or a `RayPlacement`: actors, CPUs each, the
     cluster's address) runs on Ray Data instead.
     """
@@ -62,3 +63,10 @@ def score_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
     similarity_fn_name, as model.similarity). Options as `embed_corpus`'s."""
     return embed_corpus(inputs, output, model, kind=PairScores(activation, prompt_name), **options)
 
+
+
+def classify_corpus(inputs: str | Path | list[str | Path], output: str | Path, model: str | Path | None = None, *,
+                    activation: bool = True, **options: Any) -> Summary:
+    """Classify every row of `inputs` into `output`: each text's label and its score for every label (a
+    classifier's, or a cross-encoder's score of the text alone). Options as `embed_corpus`'s."""
+    return embed_corpus(inputs, output, model, kind=Labels(activation), **options)

@@ -1,5 +1,5 @@
 """What a job computes for each row, and the columns it writes: one small class per output kind (dense vectors,
-sparse weights, token vectors, pair scores), each turning a shard's values into one engine request and the
+sparse weights, token vectors, pair scores, labels), each turning a shard's values into one engine request and the
 answer into Arrow columns. Adding a kind is adding a class here and naming it in KINDS."""
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ import numpy as np
 from encoderrt.runtime.manifest import Side
 from encoderrt.runtime.quantization import Precision
 from encoderrt.runtime.settings import check_choices, setting
-from encoderrt.runtime.tasks import EmbedRequest, MultiVectorRequest, Request, ScoreRequest, SparseEmbedRequest
+from encoderrt.runtime.tasks import (
+    ClassifyRequest,
+    EmbedRequest,
+    MultiVectorRequest,
+    Request,
+    ScoreRequest,
+    SparseEmbedRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,29 @@ class PairScores(Output):
         return {"score": pa.array(value, pa.float32())}
 
 
-KINDS: dict[str, type[Output]] = {kind.name: kind for kind in (Embeddings, SparseWeights, TokenVectors, PairScores)}
+@dataclass(frozen=True)
+class Labels(Output):
+    """A classifier's label of each text and its score for every label, as transformers' text-classification
+    pipeline scores them (softmax; sigmoid for a multi-label classifier or a one-label cross-encoder), in the
+    model's label order: a corpus filtered by toxicity, language or quality."""
+
+    name = "classify"
+    activation: bool = setting(True, "the model's activation (softmax; sigmoid for one label or a multi-label "
+                               "classifier); off: raw logits")
+
+    def request(self, values):
+        return ClassifyRequest([v[0] for v in values])
+
+    def columns(self, value):
+        import pyarrow as pa
+
+        scores = [item.probs if self.activation else item.logits for item in value]
+        return {"label": pa.array([item.label for item in value], pa.string()),
+                "scores": pa.array(scores, pa.list_(pa.float32()))}
+
+
+KINDS: dict[str, type[Output]] = {kind.name: kind for kind in (Embeddings, SparseWeights, TokenVectors, PairScores,
+                                                               Labels)}
 
 
 def fixed_size_lists(matrix: np.ndarray):

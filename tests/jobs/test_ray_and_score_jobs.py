@@ -12,7 +12,7 @@ import pytest
 import tiny_models as tm
 from encoderrt.bench.workloads import passages, queries
 from encoderrt.cli import main
-from encoderrt.jobs import RayPlacement, embed_corpus, score_corpus
+from encoderrt.jobs import RayPlacement, classify_corpus, embed_corpus, score_corpus
 
 TEXTS = [*queries(500, seed=21), *passages(100, seed=22)]
 
@@ -76,6 +76,34 @@ def test_score_rows_match_cross_encoder_predict(tiny_models, tiny_artifacts, tmp
     raw = score_corpus(corpus, tmp_path / "logits", artifact, activation=False, shard_rows=128)
     logits = np.array(table(tmp_path / "logits").column("score").to_pylist())
     assert raw.written == len(pairs) and np.abs(1 / (1 + np.exp(-logits)) - expected).max() < 1e-5
+
+
+def test_classify_rows_match_the_text_classification_pipeline(tiny_dir, compile_artifact, tmp_path):
+    """`encoderrt classify` writes each text's label and its score for every label, as transformers'
+    text-classification pipeline gives them (a multi-label classifier's sigmoids here); --no-activation the logits."""
+    from transformers import pipeline
+
+    folder = tm.bert_checkpoint(tiny_dir / "classifier-multi-label-job", num_labels=3, seed=12)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
+    artifact = compile_artifact(folder, tmp_path / "artifact").path
+    texts = queries(150, seed=26)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [{"text": t} for t in texts])
+    assert main(["classify", str(corpus), "-o", str(tmp_path / "labels"), "--model", str(artifact), "--shard-rows",
+                 "64"]) == 0
+    rows = table(tmp_path / "labels")
+    assert rows.column_names == ["id", "label", "scores", "tokens"]
+    expected = pipeline("text-classification", model=str(folder), top_k=None, device="cpu")(texts, truncation=True)
+    labels = config["id2label"]
+    for label, scores, reference in zip(rows.column("label").to_pylist(), rows.column("scores").to_pylist(), expected,
+                                        strict=True):
+        by_label = {item["label"]: item["score"] for item in reference}
+        np.testing.assert_allclose(scores, [by_label[labels[str(i)]] for i in range(3)], atol=1e-5)
+        assert label == reference[0]["label"]
+    raw = classify_corpus(corpus, tmp_path / "logits", artifact, activation=False, shard_rows=64)
+    logits = np.array(table(tmp_path / "logits").column("scores").to_pylist())
+    assert raw.written == len(texts)
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), np.array(rows.column("scores").to_pylist()), atol=1e-5)
 
 
 def test_sparse_and_token_vector_rows_match_sentence_transformers(tiny_dir, compile_artifact, tmp_path):
