@@ -31,6 +31,7 @@ from encoderrt.runtime.heap import freeze_startup_heap
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.server.app import create_app
+from encoderrt.server.health import ServingHealth
 from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
@@ -63,7 +64,7 @@ class EncoderReplica:
             self.registry.add(artifact.name, Engine.load(artifact.path, config))
         freeze_startup_heap()  # the replica's process is its own: its full collections need not walk the weights' side
         self.registry.mark_ready()
-        self.health = BatchHealth(self.registry)
+        self.health = ServingHealth(self.registry)
         self.metrics = ReplicaMetrics(self.registry)
         threading.Thread(target=self.metrics.publish_every, args=(METRICS_PERIOD_S,), daemon=True,
                          name="encoderrt-ray-metrics").start()
@@ -116,25 +117,6 @@ class ReplicaMetrics:
                 self.publish()
             except Exception:  # noqa: BLE001 - metrics must never take the replica down
                 log.exception("publishing engine metrics to Ray failed")
-
-
-class BatchHealth:
-    """A replica is unhealthy when some model ran batches since the last check and every one of them failed: its
-    backend is not serving (a replica that merely had no traffic stays healthy)."""
-
-    def __init__(self, registry: ModelRegistry):
-        self._registry = registry
-        self._seen = {m.name: (0, 0) for m in registry.models()}
-
-    def check(self) -> None:
-        for served in self._registry.models():
-            stats = served.engine.stats.snapshot()
-            batches, failed = stats["batches"], stats["failed_batches"]
-            last_batches, last_failed = self._seen.get(served.name, (0, 0))
-            self._seen[served.name] = (batches, failed)
-            if failed > last_failed and batches == last_batches:
-                raise RuntimeError(f"model '{served.name}': every batch since the last health check failed "
-                                   f"({failed - last_failed} of them); the backend is not serving")
 
 
 def app(args: dict) -> serve.Application:

@@ -254,6 +254,10 @@ class Engine:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
+    def stopped_workers(self) -> list[str]:
+        """Batching workers that ended while the engine is open (health checks report them); none in a sound one."""
+        return self._scheduler.stopped_workers()
+
     def close(self) -> None:
         self._scheduler.close()
 

@@ -260,6 +260,13 @@ class Scheduler:
                 self._cond.notify()
         return ticket.future
 
+    def stopped_workers(self) -> list[str]:
+        """The batching workers that have ended while the engine is open: none should (a worker outlives its own
+        faults), and one that did leaves its share of the work undone."""
+        if self._closed:
+            return []
+        return [thread.name for thread in self._threads if not thread.is_alive()]
+
     def close(self, timeout: float = 5.0) -> None:
         atexit.unregister(self.close)
         with self._cond:

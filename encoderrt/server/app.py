@@ -23,6 +23,7 @@ from encoderrt import __version__
 from encoderrt.server import cohere, hf_hub, openai, rerank, system, tei, vllm
 from encoderrt.server.direct_routes import DirectRoutes
 from encoderrt.server.errors import describe_errors, install_error_handlers
+from encoderrt.server.health import ServingHealth
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.middleware import ASGIApp, Receive, Scope, Send, ServerMiddleware
 from encoderrt.server.registry import LoadCancelled, ModelRegistry
@@ -78,6 +79,7 @@ def create_app(
     app.state.models = models
     app.state.settings = settings
     app.state.metrics = Metrics(models)
+    app.state.health = ServingHealth(models)
     dialects = (openai, vllm, rerank, cohere, tei, hf_hub, system)
     for dialect in dialects:
         app.include_router(dialect.router)

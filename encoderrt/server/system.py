@@ -20,9 +20,14 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 @router.get("/health")
 async def health(request: Request) -> Response:
+    """200 while every model serves; 503 while they load, after a load failed, or naming the models that stopped
+    serving (server/health.py)."""
     registry = common.models(request)
     if registry.ready:
-        return JSONResponse({"status": "ok", "models": [m.name for m in registry.models()]})
+        names = [m.name for m in registry.models()]
+        if problems := request.app.state.health.problems():
+            return JSONResponse({"status": "unhealthy", "models": names, "errors": problems}, status_code=503)
+        return JSONResponse({"status": "ok", "models": names})
     body = {"status": registry.status, "steps": dict(registry.steps),
             **({"error": registry.failure} if registry.failure else {})}
     return JSONResponse(body, status_code=503)

@@ -35,6 +35,7 @@ from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, S
 from encoderrt.runtime.tasks.rerank import rank
 from encoderrt.server import common, tei
 from encoderrt.server.errors import INTERNAL_ERROR, APIError, status_of
+from encoderrt.server.health import ServingHealth
 from encoderrt.server.metrics import Metrics
 from encoderrt.server.registry import ModelRegistry, ServedModel
 from encoderrt.server.settings import ServerSettings
@@ -474,6 +475,21 @@ class _ApiKey(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(refuse)
 
 
+class _Health(health.aio.HealthServicer):
+    """grpc.health.v1 as set at load (NOT_SERVING until every model is ready), and NOT_SERVING while a model stops
+    serving (server/health.py), as HTTP's /health says it."""
+
+    def __init__(self, serving: ServingHealth):
+        super().__init__()
+        self._serving = serving
+
+    async def Check(self, request: Message, context: grpc.aio.ServicerContext) -> Message:
+        reply = await super().Check(request, context)
+        if reply.status == health_pb2.HealthCheckResponse.SERVING and self._serving.problems():
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
+        return reply
+
+
 class GrpcServer:
     """The gRPC server in a thread with its own loop: `start` returns once it listens (or raises why it cannot),
     `stop` ends the calls in flight within a grace period and returns once the thread has."""
@@ -488,7 +504,7 @@ class GrpcServer:
         self._listening: concurrent.futures.Future[int] = concurrent.futures.Future()
         self._stopping: asyncio.Event | None = None
         self._grace = 0.0
-        self._health = health.aio.HealthServicer()
+        self._health = _Health(ServingHealth(models))
 
     def start(self) -> int:
         self._thread.start()

@@ -255,12 +255,12 @@ def test_serve_ray_refuses_bad_scaling_before_starting_anything(minilm_fp32):
 
 
 def test_a_replica_whose_every_batch_fails_is_unhealthy_until_one_succeeds(controlled, tiny_artifacts):
-    from encoderrt.deploy.ray import BatchHealth
     from encoderrt.runtime.errors import InferenceFailed
+    from encoderrt.server.health import ServingHealth
     from server_helpers import ready_registry
 
     engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
-    health = BatchHealth(ready_registry(st=engine))
+    health = ServingHealth(ready_registry(st=engine))
     health.check()  # no traffic: healthy
     engine.embed(["works"])
     health.check()
@@ -268,11 +268,15 @@ def test_a_replica_whose_every_batch_fails_is_unhealthy_until_one_succeeds(contr
         controlled[0].fail_next = True
         with pytest.raises(InferenceFailed):
             engine.embed([f"fails {attempt}"])
-    with pytest.raises(RuntimeError, match="every batch since the last health check failed \\(3 of them\\)"):
+    with pytest.raises(RuntimeError, match="every batch since the last success failed \\(3 of them\\)"):
+        health.check()
+    with pytest.raises(RuntimeError, match="\\(3 of them\\)"):  # no traffic since: still not serving
         health.check()
     controlled[0].fail_next = True
     with pytest.raises(InferenceFailed):
         engine.embed(["one more failure"])
+    with pytest.raises(RuntimeError, match="\\(4 of them\\)"):
+        health.check()
     engine.embed(["and a success"])
     health.check()  # some batch succeeded since: the backend serves
     engine.close()

@@ -206,3 +206,48 @@ def test_failed_load_is_reported_by_health(tmp_path):
             time.sleep(0.01)
         body = httpx.get(f"{url}/health").json()
         assert body["status"] == "failed" and "artifact folder not found" in body["error"]
+
+
+def test_health_names_a_model_whose_backend_fails_every_batch_until_one_succeeds(controlled, tiny_artifacts):
+    """/health is 503 naming the model while every batch since its last success failed, whatever the traffic since
+    (a liveness probe polls a pod the balancer stopped feeding); 200 again once a batch succeeds. gRPC's
+    grpc.health.v1 says NOT_SERVING over the same span."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from server_helpers import free_port
+
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
+    settings = ServerSettings(grpc_port=free_port())
+    with running_server(create_app(settings, ready_registry(st=engine)), settings) as url, \
+            httpx.Client(base_url=url, timeout=30) as http, \
+            grpc.insecure_channel(f"127.0.0.1:{settings.grpc_port}") as channel:
+        grpc_health = health_pb2_grpc.HealthStub(channel)
+
+        def grpc_status():
+            return grpc_health.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+
+        assert http.get("/health").status_code == 200  # no traffic yet
+        assert grpc_status() == health_pb2.HealthCheckResponse.SERVING
+        controlled[0].fail_next = True
+        assert_error(http.post("/embed", json={"inputs": "x"}), 500, "inference failed")
+        for _ in range(2):
+            unhealthy = http.get("/health")
+            assert unhealthy.status_code == 503, unhealthy.text
+            assert unhealthy.json()["status"] == "unhealthy"
+            assert "every batch since the last success failed (1 of them)" in unhealthy.json()["errors"]["st"]
+            assert grpc_status() == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert http.post("/embed", json={"inputs": "x"}).status_code == 200
+        assert http.get("/health").json() == {"status": "ok", "models": ["st"]}
+        assert grpc_status() == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_health_names_a_batching_worker_that_stopped(tiny_artifacts, monkeypatch):
+    """A worker that ended (none should: each outlives its own faults) is named by /health, not hidden behind an ok
+    while its share of the work waits."""
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256)
+    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
+        worker = engine._scheduler._threads[0]
+        monkeypatch.setattr(worker, "is_alive", lambda: False)
+        body = httpx.get(f"{url}/health").json()
+    assert body["status"] == "unhealthy" and f"batching worker {worker.name} stopped" in body["errors"]["st"]
