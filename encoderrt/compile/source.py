@@ -434,7 +434,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    similarity = _similarity(st_config, notes) if task == "embed" else "cosine"
+    similarity = (_similarity(st_config, notes) if task == "embed" else _similarity(st_config, notes, "dot")
+                  if task == "sparse" else "cosine")
     truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
     max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
     if max_active_dims is not None and (isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int)
@@ -532,15 +533,15 @@ def _chat_template(weights_folder: Path) -> ChatTemplate:
     return ChatTemplate(template, variables)
 
 
-def _similarity(st_config: dict[str, Any], notes: list[str]) -> Similarity:
-    """The folder's similarity_fn_name; a name a SentenceTransformer does not take (a multi-vector save's "maxsim")
-    leaves cosine, as sentence-transformers leaves it."""
+def _similarity(st_config: dict[str, Any], notes: list[str], default: Similarity = "cosine") -> Similarity:
+    """The folder's similarity_fn_name; none, or a name sentence-transformers does not take (a multi-vector save's
+    "maxsim"), leaves the default it leaves: a SentenceTransformer's cosine, a SparseEncoder's dot."""
     declared = st_config.get("similarity_fn_name")
     if declared is None or declared in SIMILARITIES:
-        return declared or "cosine"
-    notes.append(f"similarity_fn_name '{declared}' is not one an embedding model scores by "
-                 f"({', '.join(SIMILARITIES)}): scores use cosine, as sentence-transformers' SentenceTransformer does")
-    return "cosine"
+        return declared or default
+    notes.append(f"similarity_fn_name '{declared}' is not one a model scores by ({', '.join(SIMILARITIES)}): scores "
+                 f"use {default}, as sentence-transformers does")
+    return default
 
 
 def _prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:

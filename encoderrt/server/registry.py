@@ -17,8 +17,8 @@ from encoderrt.server.errors import NotReady, UnknownModel
 # which model tasks can answer each verb, best first (an embedding model scores by its similarity)
 VERB_TASKS: dict[str, tuple[str, ...]] = {
     "embed": ("embed", "hybrid"),
-    "score": ("score", "multi_vector", "hybrid", "embed"),
-    "rerank": ("score", "multi_vector", "hybrid", "embed"),
+    "score": ("score", "multi_vector", "hybrid", "embed", "sparse"),
+    "rerank": ("score", "multi_vector", "hybrid", "embed", "sparse"),
     "classify": ("classify", "score"),
     "embed_sparse": ("sparse", "hybrid"),
     "embed_all": ("embed", "hybrid", "multi_vector"),

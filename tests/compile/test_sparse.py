@@ -84,7 +84,8 @@ def test_sparse_routes_and_refusals(folder, compile_artifact, tmp_path):
         weights = {item.index: item.value for item in reply.sparse_embeddings}
         assert sorted(weights) == sorted(index for index, _ in row)
         np.testing.assert_allclose([weights[index] for index, _ in row], [value for _, value in row], rtol=1e-5)
-    assert openai.status_code == 400 and "sparse model and cannot answer embed (it answers embed_sparse" in openai.text
+    assert openai.status_code == 400
+    assert "sparse model and cannot answer embed (it answers score, rerank, embed_sparse" in openai.text
 
 
 @pytest.mark.parametrize(("default_route", "target"), [("document", "cpu"), ("query", "openvino")])
@@ -231,3 +232,42 @@ def test_an_inference_free_models_prompts_reach_its_query_weights(tiny_dir, comp
             expected = _dense(encode(texts))
             assert not np.array_equal(expected > 0, _dense(encode(texts, prompt="")) > 0), side
             _assert_sparse(engine.embed_sparse(texts, side=side), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("kind", "target"), [("splade", "cpu"), ("inference-free-cosine", "openvino")])
+def test_a_sparse_model_scores_and_reranks_as_sparse_encoder_similarity_does(kind, target, tiny_dir, compile_artifact,
+                                                                             tmp_path):
+    """score and rerank of a sparse model: SparseEncoder.similarity of encode_query's vectors against
+    encode_document's (the side prompts, max_active_dims, an inference-free model's query weights; dot, or the
+    folder's similarity), on the engine and TEI's /rerank."""
+    from sentence_transformers import SparseEncoder
+
+    from encoderrt.runtime.tasks import ScoreRequest
+
+    if kind == "splade":
+        folder = tm.sparse_encoder_folder(tiny_dir / "splade-prompted-scores", prompts={"query": "search query: "},
+                                          max_active_dims=12)
+    else:
+        folder = tm.inference_free_sparse_folder(tiny_dir / "inference-free-cosine", similarity_fn_name="cosine")
+    model = SparseEncoder(str(folder), device="cpu")
+    query, documents = "the quick brown fox", [*TEXTS[1:], "fox and dog", "a lazy dog"]
+    expected = model.similarity(model.encode_query([query]), model.encode_document(documents)).to_dense().numpy()[0]
+    pairwise = model.similarity_pairwise(model.encode_query(TEXTS[:3]), model.encode_document(documents[:3]))
+    assert np.unique(np.round(expected, 4)).size == len(documents)  # the order below means something
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    assert result.manifest.similarity == ("dot" if kind == "splade" else "cosine")
+    with Engine.load(result.path) as engine:
+        scores = engine.score(query, documents)
+        paired = engine.score(TEXTS[:3], documents[:3])
+        ranked = engine.rerank(query, documents, top_n=3)
+        usage = engine.run(ScoreRequest(query, documents)).prompt_tokens
+        settings = ServerSettings()
+        with running_server(create_app(settings, ready_registry(sparse=engine)), settings) as url, \
+                httpx.Client(base_url=url, timeout=60) as http:
+            served = http.post("/rerank", json={"query": query, "texts": documents}).json()
+    np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(paired, pairwise.to_dense().numpy() if pairwise.is_sparse else pairwise.numpy(),
+                               rtol=1e-4, atol=1e-5)
+    assert [index for index, _ in ranked] == np.argsort(-expected)[:3].tolist()
+    assert [item["index"] for item in served] == np.argsort(-expected).tolist()
+    assert usage > len(documents)  # the query's tokens and the documents' are counted

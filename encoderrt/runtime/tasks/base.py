@@ -68,7 +68,8 @@ class ModelContext:
     def require(self, verb: str, *tasks: str) -> None:
         if self.manifest.task not in tasks:
             hint = {"embed": "use embed", "score": "use score or rerank", "classify": "use classify",
-                    "sparse": "use embed_sparse", "multi_vector": "use embed_multi_vector, score or rerank",
+                    "sparse": "use embed_sparse, score or rerank",
+                    "multi_vector": "use embed_multi_vector, score or rerank",
                     "hybrid": "use embed, embed_sparse, embed_multi_vector, embed_hybrid, score or rerank"}[self.manifest.task]
             raise InvalidRequest(f"{verb} is not available for this {self.manifest.task} model ({self.name}); {hint}")
 

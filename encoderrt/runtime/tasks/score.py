@@ -1,5 +1,5 @@
 """Scores of text pairs (vLLM's /score pairing): a cross-encoder's activated logit, or an embedding model's similarity
-(its folder's similarity_fn_name, cosine unless it says otherwise)."""
+(its folder's similarity_fn_name, cosine unless it says otherwise; a sparse model's, dot unless it says otherwise)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     """Scores of (first, second) pairs: the cross-encoder runs each pair; an embedding model embeds each distinct
     text once and compares the embeddings as encode returns them by its similarity, as sentence-transformers'
     model.similarity does (a hybrid model by its three scores, runtime/tasks/hybrid.py)."""
-    model.require("score", "score", "embed", "multi_vector", "hybrid")
+    model.require("score", "score", "embed", "sparse", "multi_vector", "hybrid")
     if hybrid_weights is not None and model.manifest.task != "hybrid":
         raise InvalidRequest(f"hybrid_weights apply to a hybrid (bge-m3) model; this is a {model.manifest.task} model")
     if not activation and model.manifest.task != "score":  # asking for raw logits where there are none
@@ -59,6 +59,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
                              f"{model.manifest.task} model's score is a similarity, with no activation to leave out")
     if model.manifest.task == "multi_vector":
         return _late_interaction(model, firsts, seconds, truncate, prompt_name, prompt)
+    if model.manifest.task == "sparse":
+        return _sparse_similarity(model, firsts, seconds, truncate, prompt_name, prompt)
     tokenizer, cut = model.tokenizer_for(truncate)
     if model.manifest.task == "score":
         return _cross_encoded(model, tokenizer, cut, firsts, seconds, activation, model.prompt(prompt_name, prompt))
@@ -132,3 +134,37 @@ def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], lis
             "pairwise scoring (N:N) needs equal lengths, or give one text_1 for many text_2 (1:N)"
         )
     return firsts, seconds
+
+
+def _sparse_similarity(model: ModelContext, firsts: list[str], seconds: list[str], truncate: Truncation,
+                       prompt_name: str | None, prompt: str | None) -> Plan[list[float]]:
+    """A sparse model's score of each pair, as SparseEncoder's similarity scores encode_query's vectors against
+    encode_document's (each side's prompt, an inference-free model's query weights, the folder's max_active_dims;
+    dot unless the folder names another similarity): each distinct query and document once, on its side (a prompt
+    given applies to the queries)."""
+    from encoderrt.runtime.tasks.sparse import SparseEmbedRequest
+
+    queries, documents = list(dict.fromkeys(firsts)), list(dict.fromkeys(seconds))
+    asked = SparseEmbedRequest(queries, None, truncate, "query", prompt_name, prompt).plan(model)
+    answered = SparseEmbedRequest(documents, None, truncate, "document").plan(model)
+    split, width = len(asked.rows), model.manifest.shape.output_dim
+    left = [{t: i for i, t in enumerate(queries)}[t] for t in firsts]
+    right = [{t: i for i, t in enumerate(documents)}[t] for t in seconds]
+
+    def scores(outputs: np.ndarray) -> list[float]:
+        vectors = [_scattered(plan.finish(part), width)
+                   for plan, part in ((asked, outputs[:split]), (answered, outputs[split:]))]
+        return SIMILARITIES[model.manifest.similarity](vectors[0][left], vectors[1][right]).tolist() if left else []
+
+    read = None if asked.read_tokens is None else asked.read_tokens + tuple(len(row.ids) for row in answered.rows)
+    return Plan(asked.rows + answered.rows, scores, read_tokens=read)
+
+
+def _scattered(rows: list[list[tuple[int, float]]], width: int) -> np.ndarray:
+    """(token id, weight) pairs as dense [rows, width] vectors."""
+    dense = np.zeros((len(rows), width), np.float32)
+    for index, pairs in enumerate(rows):
+        if pairs:
+            ids, weights = zip(*pairs)
+            dense[index, list(ids)] = weights
+    return dense
