@@ -147,24 +147,27 @@ def _sparse_similarity(model: ModelContext, firsts: list[str], seconds: list[str
     queries, documents = list(dict.fromkeys(firsts)), list(dict.fromkeys(seconds))
     asked = SparseEmbedRequest(queries, None, truncate, "query", prompt_name, prompt).plan(model)
     answered = SparseEmbedRequest(documents, None, truncate, "document").plan(model)
-    split, width = len(asked.rows), model.manifest.shape.output_dim
+    split = len(asked.rows)
     left = [{t: i for i, t in enumerate(queries)}[t] for t in firsts]
     right = [{t: i for i, t in enumerate(documents)}[t] for t in seconds]
 
     def scores(outputs: np.ndarray) -> list[float]:
-        vectors = [_scattered(plan.finish(part), width)
-                   for plan, part in ((asked, outputs[:split]), (answered, outputs[split:]))]
+        vectors = _on_shared_ids(asked.finish(outputs[:split]), answered.finish(outputs[split:]))
         return SIMILARITIES[model.manifest.similarity](vectors[0][left], vectors[1][right]).tolist() if left else []
 
     read = None if asked.read_tokens is None else asked.read_tokens + tuple(len(row.ids) for row in answered.rows)
     return Plan(asked.rows + answered.rows, scores, read_tokens=read)
 
 
-def _scattered(rows: list[list[tuple[int, float]]], width: int) -> np.ndarray:
-    """(token id, weight) pairs as dense [rows, width] vectors."""
-    dense = np.zeros((len(rows), width), np.float32)
-    for index, pairs in enumerate(rows):
-        if pairs:
-            ids, weights = zip(*pairs)
-            dense[index, list(ids)] = weights
+def _on_shared_ids(*sides: list[list[tuple[int, float]]]) -> list[np.ndarray]:
+    """Each side's (token id, weight) rows as dense vectors over the token ids any of them holds, not the whole
+    vocabulary (a multilingual one has 250k): a token no row holds adds nothing to any similarity."""
+    ids = {token: i for i, token in enumerate(dict.fromkeys(t for rows in sides for row in rows for t, _ in row))}
+    dense = []
+    for rows in sides:
+        vectors = np.zeros((len(rows), len(ids)), np.float32)
+        for index, row in enumerate(rows):
+            if row:
+                vectors[index, [ids[t] for t, _ in row]] = [w for _, w in row]
+        dense.append(vectors)
     return dense
