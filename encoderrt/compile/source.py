@@ -434,8 +434,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    similarity = (_similarity(st_config, notes) if task == "embed" else _similarity(st_config, notes, "dot")
-                  if task == "sparse" else "cosine")
+    similarity = _similarity(st_config, notes, "dot" if task == "sparse" else "cosine") if task in ("embed", "sparse") \
+        else "cosine"  # sentence-transformers' defaults: SparseEncoder's dot, SentenceTransformer's cosine
     truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
     max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
     if max_active_dims is not None and (isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int)
