@@ -499,6 +499,29 @@ def inference_free_sparse_folder(folder: Path, seed: int = 5, default_route: str
     return folder
 
 
+def static_embedding_folder(folder: Path, dim: int = 32, normalize: bool = True, seed: int = 7,
+                            model2vec: bool = False, **settings) -> Path:
+    """A static embedding model saved by sentence-transformers itself: a StaticEmbedding of random vectors over the
+    WordPiece vocabulary (model2vec's potion and static-retrieval-mrl's kind), then Normalize; `model2vec` rewrites
+    its weights as model2vec saves a vocabulary-quantised model (`embeddings` rows shared through `mapping`, scaled by
+    per-token `weights`); `settings` are SentenceTransformer's own (prompts, similarity_fn_name, truncate_dim)."""
+    import torch
+    from safetensors.torch import save_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+
+    torch.manual_seed(seed)
+    tokenizer = _wordpiece_tokenizer(64)
+    static = StaticEmbedding(tokenizer, embedding_weights=torch.randn(tokenizer.vocab_size, dim))
+    modules = [static, Normalize()] if normalize else [static]
+    SentenceTransformer(modules=modules, device="cpu", **settings).save(str(folder))
+    if model2vec:
+        shared = torch.randn(tokenizer.vocab_size // 3, dim)
+        save_file({"embeddings": shared, "mapping": torch.randint(0, len(shared), (tokenizer.vocab_size,)),
+                   "weights": torch.rand(tokenizer.vocab_size) + 0.5}, str(folder / "model.safetensors"))
+    return folder
+
+
 def colbert_folder(folder: Path, seed: int = 6, dim: int = 24, expansion: dict | None = None,
                    query_length: int | None = None, document_length: int | None = 40,
                    skiplist: tuple[str, ...] | None = None, prompts: dict[str, str] | None = None,

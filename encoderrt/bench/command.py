@@ -135,6 +135,8 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
     )
 
     def ceilings() -> list[ceiling.Ceiling]:
+        if not manifest.shape.per_token_weights():  # a static embedding model multiplies no matrices
+            return []
         return ceiling.measure(manifest.shape.hidden_size, manifest.shape.intermediate_size, threads=cpu["cores"],
                                flags=cpu["flags"], target=manifest.target)
 

@@ -73,7 +73,10 @@ class Reference:
             from sentence_transformers import SentenceTransformer
 
             self.model = SentenceTransformer(str(source), **loading)
-            self.model.max_seq_length = max_length
+            if type(self.model[0]).__name__ == "StaticEmbedding":  # no max_seq_length: its tokenizer cuts instead
+                self.model[0].tokenizer.enable_truncation(max_length)
+            else:
+                self.model.max_seq_length = max_length
         elif task == "multi_vector":
             from sentence_transformers import MultiVectorEncoder
 

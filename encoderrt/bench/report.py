@@ -199,7 +199,9 @@ class Report:
             f"# encoderrt bench: {m['name']} ({m['task']}, {m['precision']} on {m['target']})",
             "",
             f"CPU: {self.cpu['model']}, {self.cpu['cores']} cores, {', '.join(self.cpu['flags'])}. Runs: {m.get('execution', '')}. "
-            + "GEMM ceilings: " + ", ".join(f"{c.precision} {c.gflops:.0f} GFLOP/s ({c.kernel})" for c in self.ceilings) + ".",
+            + ("GEMM ceilings: " + ", ".join(f"{c.precision} {c.gflops:.0f} GFLOP/s ({c.kernel})"
+                                             for c in self.ceilings) + "."
+               if self.ceilings else "No GEMM ceiling: the model multiplies no matrices."),
             f"Parity (from the manifest): {', '.join(f'{k} {fmt(v, 6)}' for k, v in m['parity'].items())}.",
             "Figures are medians over alternating rounds.",
             "",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from encoderrt.compile import leftovers
+from encoderrt.compile import leftovers, static_embedding
 from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
 from encoderrt.compile.build import Build
 from encoderrt.compile.errors import CompileError, InputError, ParityError
@@ -68,6 +68,8 @@ def _check_transformers() -> None:
 
 def compile_model(options: CompileOptions, reporter: StepReporter | None = None) -> CompileResult:
     reporter = reporter or StepReporter(quiet=options.quiet)
+    if static_embedding.is_static(options.model_dir):  # no transformer: nothing to export, fuse or choose between
+        return CompileResult(options.output_dir, static_embedding.compile_static(options, reporter), reporter.timings)
     source = inspect_source(options)
     check_output_dir(options.output_dir, options.force)
     candidates = plan(options)

@@ -434,15 +434,16 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         if options.normalize is not None:
             raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
 
-    similarity = _similarity(st_config, notes, "dot" if task == "sparse" else "cosine") if task in ("embed", "sparse") \
-        else "cosine"  # sentence-transformers' defaults: SparseEncoder's dot, SentenceTransformer's cosine
+    # sentence-transformers' defaults: SparseEncoder's dot, SentenceTransformer's cosine
+    similarity = (read_similarity(st_config, notes, "dot" if task == "sparse" else "cosine")
+                  if task in ("embed", "sparse") else "cosine")
     truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
     max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
     if max_active_dims is not None and (isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int)
                                         or max_active_dims < 1):
         raise InputError(f"config_sentence_transformers.json's max_active_dims {max_active_dims!r} is not a positive "
                          "integer")
-    prompts, default_prompt_name = (_prompts(st_config, config_path)
+    prompts, default_prompt_name = (read_prompts(st_config, config_path)
                                     if task in ("embed", "score", "sparse", "multi_vector", "hybrid") else ({}, None))
     answer_tokens = chat_template = None
     if head == ["LogitScore"]:
@@ -486,11 +487,16 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         static_queries=_query_side(folder, modules, weights_folder, config),
         notes=tuple(notes),
     )
-    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
-                                     or not 1 <= truncate_dim <= source.output_dim):
-        raise InputError(f"config_sentence_transformers.json's truncate_dim {truncate_dim!r} is not a width from 1 to "
-                         f"{source.output_dim}, the model's embedding size")
+    check_truncate_dim(truncate_dim, source.output_dim)
     return source
+
+
+def check_truncate_dim(truncate_dim: Any, width: int) -> None:
+    """The folder's truncate_dim, where it has one, is a width of the model's embeddings."""
+    if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                     or not 1 <= truncate_dim <= width):
+        raise InputError(f"config_sentence_transformers.json's truncate_dim {truncate_dim!r} is not a width from 1 to "
+                         f"{width}, the model's embedding size")
 
 
 def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int, int | None]:
@@ -533,7 +539,7 @@ def _chat_template(weights_folder: Path) -> ChatTemplate:
     return ChatTemplate(template, variables)
 
 
-def _similarity(st_config: dict[str, Any], notes: list[str], default: Similarity = "cosine") -> Similarity:
+def read_similarity(st_config: dict[str, Any], notes: list[str], default: Similarity = "cosine") -> Similarity:
     """The folder's similarity_fn_name; none, or a name sentence-transformers does not take (a multi-vector save's
     "maxsim"), leaves the default it leaves: a SentenceTransformer's cosine, a SparseEncoder's dot."""
     declared = st_config.get("similarity_fn_name")
@@ -544,7 +550,8 @@ def _similarity(st_config: dict[str, Any], notes: list[str], default: Similarity
     return default
 
 
-def _prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:
+def read_prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str], str | None]:
+    """The folder's named prompts and its default prompt's name, checked."""
     prompts = st_config.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
         raise InputError(f"config_sentence_transformers.json beside {where} has prompts that are not name: text pairs")

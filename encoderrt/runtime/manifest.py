@@ -299,7 +299,7 @@ def read_manifest(artifact_dir: str | Path, verify_files: bool = True) -> Manife
         raise ManifestError(f"artifact folder not found: {folder}")
     if not path.is_file():
         hint = ""
-        if (folder / "config.json").is_file():  # a Hugging Face or sentence-transformers folder, not yet compiled
+        if (folder / "config.json").is_file() or (folder / "modules.json").is_file():  # a model folder, uncompiled
             hint = (f"; it is a model folder: compile it (compile-model {folder} --output ARTIFACT_DIR), or give it to "
                     "`encoderrt serve`, `embed` or `bench`, which compile a folder once into their cache")
         raise ManifestError(f"{folder} is not an encoderrt artifact: it has no {MANIFEST_NAME}{hint}")

@@ -115,8 +115,11 @@ def _name_in_folder(path: Path | None) -> str:
         except ManifestError as exc:
             raise ValueError(f"{path} is not a usable artifact: {exc}") from None
     config = path / "config.json"
+    if not config.is_file() and (path / "modules.json").is_file():  # a static embedding model has no transformer
+        return source_name(path)
     if not config.is_file():
-        raise ValueError(f"{path} is not a model folder (no config.json) nor an artifact (no {MANIFEST_NAME})")
+        raise ValueError(f"{path} is not a model folder (no config.json or modules.json) nor an artifact (no "
+                         f"{MANIFEST_NAME})")
     try:
         json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

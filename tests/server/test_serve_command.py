@@ -200,7 +200,7 @@ def test_an_artifact_this_user_cannot_read_is_one_line(tmp_path, monkeypatch):
 def test_serve_refuses_a_folder_that_is_no_model(tmp_path):
     (tmp_path / "notes").mkdir()
     code, stderr = _serve_refusal(str(tmp_path / "notes"))
-    assert code == 2 and "is not a model folder (no config.json)" in stderr
+    assert code == 2 and "is not a model folder (no config.json or modules.json)" in stderr
 
 
 def test_serve_refuses_two_models_under_one_name_before_compiling(tiny_models, tmp_path):
