@@ -104,7 +104,7 @@ def _load(folder: Path, path: Path):
 
     try:
         module = StaticEmbedding.load(str(path), local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a broken tokenizer.json
         raise InputError(f"cannot load the StaticEmbedding in {folder}: {exc}") from None
     table = module.embedding.weight.detach().float().numpy()
     tokenizer = module.tokenizer

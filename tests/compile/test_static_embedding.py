@@ -88,6 +88,10 @@ def test_what_a_static_model_cannot_be_compiled_to_is_refused_by_name(tiny_dir, 
     (dense / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(InputError, match="StaticEmbedding -> Normalize -> Dense; encoderrt compiles a static"):
         compile_model(CompileOptions(dense, tmp_path / "out", quiet=True))
+    broken = shutil.copytree(folder, tmp_path / "broken-tokenizer")
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(InputError, match="cannot load the StaticEmbedding in .*broken-tokenizer: key must be a string"):
+        compile_model(CompileOptions(broken, tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()
 
 
