@@ -8,8 +8,8 @@ the artifact on the probes against SentenceTransformer.encode, as for any model.
 (runtime/backends/static.py) averages each batch's rows; every route and dialect serves it as an embedding model.
 
 Unlike sentence-transformers, which reads a text whole, the artifact cuts texts at max_length (8,192 tokens unless
---max-length says otherwise), as every encoderrt model does; past it, the reference is cut there too.
-"""
+--max-length says otherwise), as every encoderrt model does, and the reference is cut there too; an engine that
+chunks long inputs merges chunks by token count, which for a mean is exactly the whole text's."""
 
 from __future__ import annotations
 

@@ -187,6 +187,7 @@ class Scheduler:
         self.admission = admission
         self._stats = stats
         self._rows = WaitingRows(max(backend.capabilities.width_multiple for backend in backends))
+        self._empty_rows = all(backend.capabilities.empty_rows for backend in backends)
         self._pending_items = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -226,10 +227,8 @@ class Scheduler:
         if not rows:
             _settle(ticket.future, result=Completed([], 0.0, 0.0))
             return ticket.future
-        for index, tokens in enumerate(rows):
-            if not tokens.ids:  # a decoder's tokenizer may add no token of its own to an empty text
-                raise InvalidRequest(f"input {index} has no tokens to run: an empty text, to which this model's "
-                                     "tokenizer adds none of its own; send some text")
+        if any(not tokens.ids for tokens in rows):
+            rows = self._with_empty_rows(rows)
         if len(rows) > self.admission.max_items:
             raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self.admission.max_items} items)")
         with self._cond:
@@ -259,6 +258,15 @@ class Scheduler:
             if not self._alone:  # a worker woken now would only wait again: the lone run's end wakes them all
                 self._cond.notify()
         return ticket.future
+
+    def _with_empty_rows(self, rows: Sequence[Tokens]) -> list[Tokens]:
+        """Rows without tokens as one token nothing attends to, where every backend answers such a row; else refused:
+        a decoder's tokenizer may add no token of its own to an empty text, and a transformer cannot run none."""
+        for index, tokens in enumerate(rows):
+            if not tokens.ids and not self._empty_rows:
+                raise InvalidRequest(f"input {index} has no tokens to run: an empty text, to which this model's "
+                                     "tokenizer adds none of its own; send some text")
+        return [tokens if tokens.ids else tokens._replace(ids=[0], type_ids=[0], attended=0) for tokens in rows]
 
     def stopped_workers(self) -> list[str]:
         """The batching workers that have ended while the engine is open: none should (a worker outlives its own

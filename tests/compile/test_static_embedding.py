@@ -23,8 +23,8 @@ TEXTS = ["search query", "the quick brown fox jumps over a lazy dog", "прив�
 @pytest.mark.parametrize("model2vec", [False, True], ids=["sentence-transformers", "model2vec-quantised"])
 def test_a_static_model_embeds_as_sentence_transformers_encodes(model2vec, tiny_dir, compile_artifact, tmp_path):
     """The mean of each text's token vectors without special tokens (model2vec's shared rows and per-token weights
-    folded in, as sentence-transformers loads them), normalised; prompts, Matryoshka dimensions and similarity as
-    for any embedding model; OpenAI's and TEI's routes."""
+    folded in, as sentence-transformers loads them), normalised, zeros for an empty text; prompts, Matryoshka
+    dimensions and similarity as for any embedding model; OpenAI's and TEI's routes."""
     from sentence_transformers import SentenceTransformer
 
     folder = tm.static_embedding_folder(tiny_dir / f"static-{model2vec}", model2vec=model2vec,
@@ -45,8 +45,9 @@ def test_a_static_model_embeds_as_sentence_transformers_encodes(model2vec, tiny_
                                    atol=1e-6)
         np.testing.assert_allclose(engine.score(TEXTS[0], TEXTS[1:]), model.similarity(expected[:1], expected[1:])[0],
                                    atol=1e-5)
-        with pytest.raises(InvalidRequest, match="input 0 has no tokens to run"):
-            engine.embed([""])
+        # an empty text: the mean of no vectors, zeros, as StaticEmbedding's EmbeddingBag gives, batched with others
+        np.testing.assert_allclose(engine.embed(["", TEXTS[0], ""]), model.encode(["", TEXTS[0], ""]), atol=1e-6)
+        assert not np.asarray(engine.embed([""])).any()
         settings = ServerSettings()
         with running_server(create_app(settings, ready_registry(static=engine)), settings) as url, \
                 httpx.Client(base_url=url, timeout=30) as http:
@@ -57,21 +58,25 @@ def test_a_static_model_embeds_as_sentence_transformers_encodes(model2vec, tiny_
     np.testing.assert_allclose(tei, queries, atol=1e-6)
 
 
-def test_a_static_model_cuts_texts_at_its_limit(tiny_dir, compile_artifact, tmp_path):
+def test_a_static_model_cuts_texts_at_its_limit_or_reads_them_whole_in_chunks(tiny_dir, compile_artifact, tmp_path):
     """sentence-transformers reads a text whole; the artifact cuts it at max_length (--max-length), as every encoderrt
-    model does, and truncate=False refuses it by name."""
+    model does, and truncate=False refuses it by name. Chunked long inputs (--long-inputs chunk) merge by token
+    count, which for a mean of token vectors is the whole text's mean: sentence-transformers' vector at any length."""
     from sentence_transformers import SentenceTransformer
 
     folder = tm.static_embedding_folder(tiny_dir / "static-limit", prompts={"query": "search query: "},
                                         similarity_fn_name="dot")
     result = compile_artifact(folder, tmp_path / "artifact", max_length=6)
     model = SentenceTransformer(str(folder), device="cpu")
+    long_texts = [" ".join(tm.CORPUS_WORDS), " ".join(tm.CORPUS_WORDS[::-1][:9]), "x"]
+    whole = model.encode(long_texts)
     model[0].tokenizer.enable_truncation(6)
-    long_text = " ".join(tm.CORPUS_WORDS)
     with Engine.load(result.path) as engine:
-        np.testing.assert_allclose(engine.embed([long_text]), model.encode([long_text]), atol=1e-6)
+        np.testing.assert_allclose(engine.embed(long_texts), model.encode(long_texts), atol=1e-6)
         with pytest.raises(InvalidRequest, match="above the model's limit of 6 tokens"):
-            engine.embed([long_text], truncate=False)
+            engine.embed(long_texts, truncate=False)
+    with Engine.load(result.path, long_inputs="chunk") as engine:
+        np.testing.assert_allclose(engine.embed(long_texts), whole, atol=1e-6)
 
 
 def test_what_a_static_model_cannot_be_compiled_to_is_refused_by_name(tiny_dir, tmp_path):

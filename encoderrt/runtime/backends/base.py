@@ -58,6 +58,9 @@ class Capabilities:
     width_multiple: int = 1
     """Pads a batch's width up to a multiple of this (OpenVINO's WIDTH_BUCKET): the scheduler counts rows at that
     width when it cuts batches (runtime/waiting.py)."""
+    empty_rows: bool = False
+    """Answers a text with no tokens (a row of one token that nothing attends to): a static embedding table's mean
+    of nothing, zeros, as sentence-transformers' StaticEmbedding gives. Elsewhere such a row is refused by name."""
 
 
 def padded_width(length: int, multiple: int) -> int:

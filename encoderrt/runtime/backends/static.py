@@ -24,16 +24,20 @@ class StaticBackend:
         self.parallel_runs = threads
         """numpy's gather and sum release the GIL: a run per core keeps them all busy."""
         self.execution = "numpy (a static embedding table, fp32)"
-        self.capabilities = Capabilities()
+        self.capabilities = Capabilities(empty_rows=True)
 
     def run(self, batch: Batch) -> Outputs:
         names = batch.wanted(self.output_names)
         feeds = batch.padded()
         real = feeds["attention_mask"].astype(bool)
         lengths = real.sum(axis=1)
-        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        sums = np.add.reduceat(self._table[feeds["input_ids"][real]], starts, axis=0)
-        return {names[0]: sums / np.maximum(lengths, 1)[:, None].astype(np.float32)}
+        means = np.zeros((len(lengths), self._table.shape[1]), np.float32)  # a text with no tokens: zeros
+        some = lengths > 0
+        if some.any():
+            starts = np.concatenate(([0], np.cumsum(lengths[some])[:-1]))
+            sums = np.add.reduceat(self._table[feeds["input_ids"][real]], starts, axis=0)
+            means[some] = sums / lengths[some, None].astype(np.float32)
+        return {names[0]: means}
 
 
 def create(manifest: Manifest, artifact_dir: Path, options: BackendOptions) -> StaticBackend:
