@@ -143,15 +143,17 @@ class SourceModel:
         return int(self.config["hidden_size"])
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file of the model folder; one that cannot be read is an InputError naming it."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
 
 
-def _read_optional_json(path: Path) -> dict[str, Any]:
-    data = _read_json(path) if path.is_file() else {}
+def read_optional_json(path: Path) -> dict[str, Any]:
+    """A JSON object file the folder may lack ({} then)."""
+    data = read_json(path) if path.is_file() else {}
     return data if isinstance(data, dict) else {}
 
 
@@ -184,7 +186,7 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
     path = folder / "modules.json"
     if not path.is_file():
         return None
-    entries = _read_json(path)
+    entries = read_json(path)
     if not isinstance(entries, list):
         raise InputError(f"{path} is not a list of modules")
     classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
@@ -206,7 +208,8 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
         from encoderrt.compile.multi_vector import read_layout
 
         dense_paths, normalize, mask = read_layout(path, entries, classes)
-        scaled = _read_optional_json(folder / normalize / "config.json").get("module_input_name") if normalize is not None else None
+        scaled = (read_optional_json(folder / normalize / "config.json").get("module_input_name")
+                  if normalize is not None else None)
         if normalize is not None and scaled != "token_embeddings":
             raise InputError(f"the Normalize module in {folder / normalize} normalises {scaled or 'sentence_embedding'}; "
                              "a multi-vector model's normalises the token embeddings")
@@ -233,7 +236,7 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
 def _pooling_from_config(path: Path) -> Pooling:
     from encoderrt.compile.pooling import LEGACY_FLAGS
 
-    config = _read_json(path / "config.json")
+    config = read_json(path / "config.json")
     mode = config.get("pooling_mode")
     if mode is None:
         mode = [name for flag, name in LEGACY_FLAGS.items() if config.get(flag) is True]
@@ -265,7 +268,7 @@ def _activation(folder: Path, config: dict[str, Any], num_labels: int, task: Tas
     if task == "classify":
         return {"multi_label_classification": "sigmoid", "regression": "identity"}.get(config.get("problem_type"),
                                                                                        "softmax")
-    st_config = _read_optional_json(folder / "config_sentence_transformers.json")
+    st_config = read_optional_json(folder / "config_sentence_transformers.json")
     declared = (
         st_config.get("activation_fn")
         or (config.get("sentence_transformers") or {}).get("activation_fn")
@@ -279,13 +282,14 @@ def _activation(folder: Path, config: dict[str, Any], num_labels: int, task: Tas
     return "sigmoid" if num_labels == 1 else "identity"
 
 
-def _max_length(options: CompileOptions, weights_folder: Path, architecture: Architecture, config: dict[str, Any]) -> int:
+def _max_length(options: CompileOptions, weights_folder: Path, architecture: Architecture, config: dict[str, Any],
+                transformer_settings: dict[str, Any]) -> int:
     limit = architecture.max_positions(config)
     if options.max_length is not None:
         if not 2 <= options.max_length <= limit:
             raise InputError(f"--max-length {options.max_length} is outside 2..{limit}, the model's position table")
         return options.max_length
-    declared = _read_optional_json(weights_folder / "sentence_bert_config.json").get("max_seq_length")
+    declared = transformer_settings.get("max_seq_length")
     if declared is None:
         declared = _tokenizer_limit(weights_folder)
     if isinstance(declared, int) and 2 <= declared < _NO_LIMIT:
@@ -296,7 +300,7 @@ def _max_length(options: CompileOptions, weights_folder: Path, architecture: Arc
 def _tokenizer_limit(folder: Path) -> int | None:
     """The model_max_length the tokenizer in `folder` declares; None where it declares none, or the no-limit
     sentinel."""
-    declared = _read_optional_json(folder / "tokenizer_config.json").get("model_max_length")
+    declared = read_optional_json(folder / "tokenizer_config.json").get("model_max_length")
     given = isinstance(declared, int) and not isinstance(declared, bool) and 1 <= declared < _NO_LIMIT
     return declared if given else None
 
@@ -319,7 +323,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     if not folder.is_dir():
         raise InputError(f"model path is not a folder: {folder}")
     notes: list[str] = []
-    st_config = _read_optional_json(folder / "config_sentence_transformers.json")
+    st_config = read_optional_json(folder / "config_sentence_transformers.json")
     modules = _read_modules(folder, st_config)
     if modules is None:
         kind: SourceKind = "transformers"
@@ -332,10 +336,11 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     else:
         kind = "sentence-transformers"
     weights_folder = folder / modules.transformer_path if modules else folder
+    transformer_settings = read_optional_json(weights_folder / "sentence_bert_config.json")
     config_path = weights_folder / "config.json"
     if not config_path.is_file():
         raise InputError(f"no config.json in {weights_folder}: not a Hugging Face checkpoint folder")
-    config = _read_json(config_path)
+    config = read_json(config_path)
     if not isinstance(config, dict):
         raise InputError(f"{config_path} does not hold a JSON object")
     try:
@@ -420,14 +425,14 @@ def inspect_source(options: CompileOptions) -> SourceModel:
             st_config, prefixes = {**st_config, "prompts": pylate_prompts}, prefix_tokens(st_config)
         else:
             assert modules.multi_vector_path is not None
-            transformer_config = _read_optional_json(weights_folder / "sentence_bert_config.json")
-            mask_config = _read_optional_json(folder / modules.multi_vector_path / "config.json")
+            transformer_config = transformer_settings
+            mask_config = read_optional_json(folder / modules.multi_vector_path / "config.json")
         multi_vector = read_rules(transformer_config, mask_config, st_config, weights_folder, modules.normalize)
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
         pooling_path = folder / (modules.pooling_path or "")
-        pooling = splade_pooling(pooling_path, _read_optional_json(pooling_path / "config.json"))
+        pooling = splade_pooling(pooling_path, read_optional_json(pooling_path / "config.json"))
     else:
         if options.pooling != "auto":
             raise InputError(f"--pooling applies to embedding models; this is a {task} model")
@@ -451,7 +456,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
                                        weights_folder)
         chat_template = _chat_template(weights_folder)
     include_prompt = not (task in ("embed", "hybrid") and modules and modules.pooling_path
-                          and _read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt") is False)
+                          and read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt")
+                          is False)
     labels = tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(num_labels))
     source = SourceModel(
         folder=folder,
@@ -460,7 +466,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         config=config,
         architecture=architecture,
         task=task,
-        max_length=_max_length(options, weights_folder, architecture, config),
+        max_length=_max_length(options, weights_folder, architecture, config, transformer_settings),
         pooling=pooling,
         normalize=normalize,
         activation=_activation(folder, config, num_labels, task) if task in _HEADED else "identity",
@@ -483,7 +489,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
         prefix_tokens=prefixes,
-        lowercase=bool(_read_optional_json(weights_folder / "sentence_bert_config.json").get("do_lower_case")),
+        lowercase=bool(transformer_settings.get("do_lower_case")),
         static_queries=_query_side(folder, modules, weights_folder, config),
         notes=tuple(notes),
     )
@@ -503,7 +509,7 @@ def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int,
     """The LogitScore module's (true, false) token ids, or, for a bare causal LM, its tokenizer's "yes" and "no",
     as sentence-transformers' CrossEncoder takes them."""
     if logit_score is not None:
-        config = _read_json(logit_score / "config.json")
+        config = read_json(logit_score / "config.json")
         true, false = config.get("true_token_id"), config.get("false_token_id")
         if not isinstance(true, int) or not (false is None or isinstance(false, int)):
             raise InputError(f"{logit_score / 'config.json'} gives no integer true_token_id (and false_token_id or null)")
@@ -562,7 +568,7 @@ def read_prompts(st_config: dict[str, Any], where: Path) -> tuple[dict[str, str]
 
 
 def _dense_output(path: Path) -> int:
-    out_features = _read_json(path / "config.json").get("out_features")
+    out_features = read_json(path / "config.json").get("out_features")
     if not isinstance(out_features, int) or out_features < 1:
         raise InputError(f"{path / 'config.json'} gives no out_features for its Dense module")
     return out_features

@@ -25,7 +25,7 @@ from encoderrt.compile.artifact import ArtifactWriter, check_output_dir
 from encoderrt.compile.errors import InputError, ParityError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.progress import StepReporter
-from encoderrt.compile.source import check_truncate_dim, read_prompts, read_similarity
+from encoderrt.compile.source import check_truncate_dim, read_json, read_optional_json, read_prompts, read_similarity
 from encoderrt.runtime.manifest import Manifest, ModelShape
 from encoderrt.runtime.tokenizer import TOKENIZER_FILE
 from encoderrt.versions import package_versions
@@ -33,7 +33,6 @@ from encoderrt.versions import package_versions
 TABLE_FILE = "embeddings.npy"
 DEFAULT_MAX_LENGTH = 8192
 OUTPUT = "sentence_embedding"
-_MODULES = ("StaticEmbedding", "Normalize")
 
 
 def is_static(folder: Path) -> bool:
@@ -73,7 +72,7 @@ def compile_static(options: CompileOptions, reporter: StepReporter) -> Manifest:
 def _read_folder(folder: Path, options: CompileOptions) -> tuple[dict[str, Any], Path, bool]:
     """The folder's sentence-transformers config, its StaticEmbedding's folder, and whether it normalises; what
     compile cannot honour is refused."""
-    entries = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    entries = read_json(folder / "modules.json")
     classes = [str(entry.get("type", "")).rsplit(".", 1)[-1] for entry in entries]
     if classes not in (["StaticEmbedding"], ["StaticEmbedding", "Normalize"]):
         raise InputError(f"the modules in {folder / 'modules.json'} are {' -> '.join(classes)}; encoderrt compiles a "
@@ -88,11 +87,7 @@ def _read_folder(folder: Path, options: CompileOptions) -> tuple[dict[str, Any],
                          "fp32 vectors, as the folder says, on the CPU), so these do not apply")
     if options.max_length is not None and options.max_length < 2:
         raise InputError(f"--max-length {options.max_length} is below 2")
-    path = folder / "config_sentence_transformers.json"
-    try:
-        st_config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except ValueError as exc:
-        raise InputError(f"{path} is not valid JSON: {exc}") from None
+    st_config = read_optional_json(folder / "config_sentence_transformers.json")
     return st_config, folder / str(entries[0].get("path") or ""), "Normalize" in classes
 
 

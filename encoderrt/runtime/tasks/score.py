@@ -148,8 +148,8 @@ def _sparse_similarity(model: ModelContext, firsts: list[str], seconds: list[str
     asked = SparseEmbedRequest(queries, None, truncate, "query", prompt_name, prompt).plan(model)
     answered = SparseEmbedRequest(documents, None, truncate, "document").plan(model)
     split = len(asked.rows)
-    left = [{t: i for i, t in enumerate(queries)}[t] for t in firsts]
-    right = [{t: i for i, t in enumerate(documents)}[t] for t in seconds]
+    query_index, document_index = {t: i for i, t in enumerate(queries)}, {t: i for i, t in enumerate(documents)}
+    left, right = [query_index[t] for t in firsts], [document_index[t] for t in seconds]
 
     def scores(outputs: np.ndarray) -> list[float]:
         vectors = _on_shared_ids(asked.finish(outputs[:split]), answered.finish(outputs[split:]))
