@@ -95,7 +95,7 @@ class Build:
             vocab_size=int(config["vocab_size"]),
             output_dim=source.output_dim,
             matmul_weights=self.shared["matmul_weights"],
-            attention_width=source.num_heads * int(config.get("head_dim") or source.hidden_size // source.num_heads),
+            attention_width=source.attention_width,
         )
 
     def verify(self, manifest: Manifest, folder: Path, what: str = "parity against PyTorch") -> tuple[dict[str, Any], list[str]]:

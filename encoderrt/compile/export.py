@@ -34,11 +34,13 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
     bare = {"embed": encoder, "multi_vector": encoder, "hybrid": encoder, "sparse": AutoModelForMaskedLM}
     loader = (bare.get(source.task, AutoModelForSequenceClassification)
               if source.answer_tokens is None else AutoModelForCausalLM)
+    nested = _multimodal(source)  # a multimodal model's other towers load as eager, which every one of them supports
+    implementation = {nested: attention, "": "eager"} if nested else attention
     try:
-        model = loader.from_pretrained(source.weights_folder, attn_implementation=attention, dtype=torch.float32)
+        model = loader.from_pretrained(source.weights_folder, attn_implementation=implementation, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         raise InputError(f"cannot load weights from {source.weights_folder}: {exc}") from None
-    model.eval()
+    model = _text_path(source, model).eval()
     model.config.use_cache = False  # a decoder would build a key/value cache that no one reads
     if source.task in ("embed", "hybrid"):
         module = PooledEncoder(model, source.pooling, [_dense(path) for path in source.dense_folders])
@@ -74,10 +76,22 @@ def per_token_matmul_weights(source: SourceModel) -> int:
     config = AutoConfig.from_pretrained(source.weights_folder, local_files_only=True)
     with torch.device("meta"):
         encoder = bare_encoder_class(source)  # an Auto class builds from_config, a model class from its constructor
-        model = (AutoModelForMaskedLM.from_config(config) if source.task == "sparse"
-                 else getattr(encoder, "from_config", encoder)(config))
+        model = _text_path(source, AutoModelForMaskedLM.from_config(config) if source.task == "sparse"
+                           else getattr(encoder, "from_config", encoder)(config))
     return sum(module.weight.numel() for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and "pooler" not in name.split("."))
+
+
+def _multimodal(source: SourceModel) -> str | None:
+    """The key of the text tower's config where the folder is a multimodal model (Architecture.nested_config)."""
+    nested = source.architecture.nested_config
+    return nested if nested and isinstance(source.config.get(nested), dict) else None
+
+
+def _text_path(source: SourceModel, model: Any) -> Any:
+    """The module a text runs through: a multimodal model's text tower (Architecture.text_tower), else the model."""
+    tower = source.architecture.text_tower
+    return getattr(model, tower) if tower and _multimodal(source) else model
 
 
 def bare_encoder_class(source: SourceModel) -> Any:

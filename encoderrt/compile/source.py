@@ -142,6 +142,15 @@ class SourceModel:
     def hidden_size(self) -> int:
         return int(self.config["hidden_size"])
 
+    @property
+    def attention_width(self) -> int:
+        """Query heads x head size, averaged over the layers where a family widens some (EmbeddingGemma 2's global
+        layers, in its `per_layer_config`): what attention's FLOPs per token scale with."""
+        head_dim = int(self.config.get("head_dim") or self.hidden_size // self.num_heads)
+        per_layer = self.config.get("per_layer_config") or {}
+        dims = [int((per_layer.get(str(layer)) or {}).get("head_dim", head_dim)) for layer in range(self.num_layers)]
+        return round(self.num_heads * sum(dims) / len(dims))
+
 
 def read_json(path: Path) -> Any:
     """A JSON file of the model folder; one that cannot be read is an InputError naming it."""
@@ -479,7 +488,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
-        output_dim=((_dense_output(dense_folders[-1]) if dense_folders else int(config["hidden_size"]))
+        output_dim=((_dense_output(dense_folders[-1]) if dense_folders
+                     else int(config[architecture.state_width]))
                     if task in ("embed", "multi_vector", "hybrid")
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         adapters=find_adapters(weights_folder) if task == "embed" else (),

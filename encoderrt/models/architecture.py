@@ -58,6 +58,15 @@ class Architecture:
     """A decoder (Qwen3): each token attends to those before it. Rows stay right-padded, where a real token never
     sees padding, so export runs attention causal with no mask (models/attention.py), and the last real token's
     state is the one that has seen the whole text (`lasttoken` pooling, a causal LM's score)."""
+    state_width: str = "hidden_size"
+    """The config key of the width of the token states the encoder returns (EmbeddingGemma 2 projects its last layer
+    to `embedding_dim`)."""
+    nested_config: str | None = None
+    """The config.json key that holds the text tower's sizes where the folder is a multimodal model
+    (EmbeddingGemma 2's `text_config`); its keys are read as the model's own."""
+    text_tower: str | None = None
+    """The attribute of such a multimodal model's text tower (`language_model`), which compile loads and exports
+    alone: text requests never reach the other towers."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 
@@ -68,8 +77,13 @@ class Architecture:
         return ("input_ids", "attention_mask")
 
     def canonical_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """config.json with the BERT names filled in from this family's own, so the rest of compile reads one set."""
+        """config.json with the BERT names filled in from this family's own, and a multimodal folder's text sizes
+        lifted from its nested config, so the rest of compile reads one set."""
         canonical = dict(config)
+        nested = config.get(self.nested_config) if self.nested_config else None
+        if isinstance(nested, Mapping):
+            canonical.update({key: value for key, value in nested.items()
+                              if key not in ("model_type", "architectures")})
         for name, own in self.config_aliases.items():
             if own in config and name not in config:
                 canonical[name] = config[own]

@@ -227,3 +227,32 @@ def through_attention_interface(model: Any, export: AttentionExport, padding_mas
 def set_attention(model: Any, name: str) -> None:
     """Run the transformers model inside `model` with the attention implementation registered as `name`."""
     next(module for module in model.modules() if hasattr(module, "set_attn_implementation")).set_attn_implementation(name)
+
+
+def _window_masks(padding: torch.Tensor, radius: int) -> dict[str, torch.Tensor]:
+    """Additive [B, 1, S, S] masks per layer type from a [B, S] padding mask (1 = real token): global layers see every
+    real key, windowed ones the real keys at most `radius` positions away on either side."""
+    positions = torch.arange(padding.shape[1], device=padding.device)
+    near = (positions[:, None] - positions[None, :]).abs() <= radius
+    keys = padding[:, None, None, :].bool()
+    blocked = torch.finfo(torch.float32).min
+    full = torch.where(keys, 0.0, blocked).expand(-1, -1, padding.shape[1], -1)
+    return {"full_attention": full, "sliding_attention": torch.where(keys & near, 0.0, blocked)}
+
+
+def window_masks_ready_made(model: Any, text_model: str, radius: Any) -> None:
+    """Hand the `text_model` class inside `model` its masks ready-made, one per layer type (`_window_masks`), for a
+    bidirectional family with windowed layers: transformers builds them with vmap over mask functions, which
+    TorchScript cannot trace, and these text models also take them as a mapping. `radius(config)`: how far a windowed
+    layer's token sees on each side, by the family's rule."""
+    import types
+
+    text = next(module for module in model.modules() if type(module).__name__ == text_model)
+    window, forward = radius(text.config), text.forward
+
+    def with_masks(self, input_ids=None, attention_mask=None, **kwargs):
+        if attention_mask is not None and attention_mask.dim() == 2:
+            attention_mask = _window_masks(attention_mask, window)
+        return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    text.forward = types.MethodType(with_masks, text)

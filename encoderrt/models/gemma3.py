@@ -14,7 +14,6 @@ global layers see every real token, windowed ones the real tokens within `slidin
 
 from __future__ import annotations
 
-import types
 from typing import Any, Mapping
 
 from encoderrt.models.architecture import Architecture
@@ -29,28 +28,10 @@ def _unsupported(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _masks(padding: Any, window: int) -> dict[str, Any]:
-    """Additive [B, 1, S, S] masks per layer type from a [B, S] padding mask (1 = real token)."""
-    import torch
-
-    positions = torch.arange(padding.shape[1], device=padding.device)
-    near = (positions[:, None] - positions[None, :]).abs() < window
-    keys = padding[:, None, None, :].bool()
-    blocked = torch.finfo(torch.float32).min
-    full = torch.where(keys, 0.0, blocked).expand(-1, -1, padding.shape[1], -1)
-    return {"full_attention": full, "sliding_attention": torch.where(keys & near, 0.0, blocked)}
-
-
 def _ready_made_masks(model: Any, export: str) -> None:
-    text = next(module for module in model.modules() if type(module).__name__ == "Gemma3TextModel")
-    window, forward = text.config.sliding_window, text.forward
+    from encoderrt.models.attention import window_masks_ready_made
 
-    def with_masks(self, input_ids=None, attention_mask=None, **kwargs):
-        if attention_mask is not None and attention_mask.dim() == 2:
-            attention_mask = _masks(attention_mask, window)
-        return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-
-    text.forward = types.MethodType(with_masks, text)
+    window_masks_ready_made(model, "Gemma3TextModel", radius=lambda config: config.sliding_window - 1)
 
 
 ARCHITECTURE = Architecture(
