@@ -31,6 +31,11 @@ BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, inter
 QWEN3_06B = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, head_dim=128, intermediate_size=3072,
                  initializer_range=0.02, max_positions=1024)
 """Qwen3-Embedding-0.6B's and Qwen3-Reranker-0.6B's configuration (8 KV heads: the builders take half)."""
+EMBEDDINGGEMMA2 = dict(hidden_size=512, num_hidden_layers=24, num_attention_heads=4, head_dim=256, global_head_dim=512,
+                      intermediate_size=2048, hidden_size_per_layer_input=512, embedding_dim=768, sliding_window=512,
+                      sliding_window_pattern=6, initializer_range=0.02, max_positions=2048)
+"""EmbeddingGemma 2's text tower as transformers' configuration describes it by default (2 KV heads on windowed layers,
+one on the wider global ones)."""
 CLI = (sys.executable, "-m", "encoderrt.cli")
 """`encoderrt`, as this interpreter has it (not whichever the PATH finds first)."""
 
@@ -58,6 +63,9 @@ FAMILIES: dict[str, Family] = {
     "embeddinggemma": Family(_encoder("gemma3", dense=((3072, "Identity"), (768, "Identity")),
                                       prompts={"query": "task: search result | query: ",
                                                "document": "title: none | text: "})),
+    "embeddinggemma2": Family(_encoder("embedding_gemma2", **EMBEDDINGGEMMA2,
+                                       prompts={"query": "task: search result | query: ",
+                                                "document": "title: none | text: "})),
     # GTR-T5-base's modules: T5 v1.1's encoder (gated GELU, d_ff 2048), mean pooling, Dense 768 -> 768, Normalize
     "gtr_t5_base": Family(_encoder("t5", dense=((768, "Identity"),), intermediate_size=2048)),
     "qwen3_embedding_0.6b": Family(_encoder("qwen3", pooling="lasttoken", **QWEN3_06B, prompts={

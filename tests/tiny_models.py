@@ -280,6 +280,17 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
                                                * (small["num_hidden_layers"] // 2),
                                                num_key_value_heads=small["num_attention_heads"] // 2,
                                                query_pre_attn_scalar=head_dim, **small)
+    elif family == "embedding_gemma2":  # EmbeddingGemma 2's text tower: an 8-token window each side, wider global heads
+        tokenizer = _byte_level_tokenizer(max_positions)
+        head_dim = small.pop("head_dim", small["hidden_size"] // small["num_attention_heads"])
+        config = transformers.EmbeddingGemma2TextConfig(
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2, head_dim=head_dim,
+            sliding_window=small.pop("sliding_window", 8),
+            sliding_window_pattern=small.pop("sliding_window_pattern", 2),
+            global_head_dim=small.pop("global_head_dim", 2 * head_dim), num_global_key_value_heads=1,
+            num_key_value_heads=small["num_attention_heads"] // 2,
+            hidden_size_per_layer_input=small.pop("hidden_size_per_layer_input", 16),
+            embedding_dim=small.pop("embedding_dim", small["hidden_size"] - 8), **small)
     elif family == "t5":  # GTR's and sentence-T5's encoder: relative-position buckets past 8 tokens, a gated GELU
         tokenizer = _t5_tokenizer(max_positions)
         heads = small["num_attention_heads"]
@@ -303,6 +314,17 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         model = transformers.T5EncoderModel(config)
     else:
         model = AutoModelForSequenceClassification.from_config(config) if num_labels else AutoModel.from_config(config)
+    if family == "embedding_gemma2":
+        # Its layer scalars start at one, trained ones do not (these alternate 0.8 and 1.2, so that their product stays
+        # near one at any depth). Its attention scales by 1 and leaves the logits' size to the q and k norms' weights:
+        # at one (their start), the logits of 256-wide heads spread +-16 and more, where bf16's rounding of q and k
+        # moves every softmax (min cosine 0.84 against fp32 at the base size, 24 layers); at head_dim^-1/4 they spread
+        # as a scaled dot product's do (0.99977).
+        with torch.no_grad():
+            for i, layer in enumerate(model.layers):
+                layer.layer_scalar.fill_(0.8 + 0.4 * (i % 2))
+                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                    norm.weight.fill_(norm.weight.numel() ** -0.25)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

@@ -2,7 +2,8 @@
 (without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against
 sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8
 and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
-EmbeddingGemma (an embedder only) with its Dense modules and prompts; T5 encoders (GTR, sentence-T5) likewise."""
+EmbeddingGemma (an embedder only) with its Dense modules and prompts, EmbeddingGemma 2 (its text tower, alone or in
+its multimodal folder), and T5 encoders (GTR, sentence-T5) likewise."""
 
 import heldout_texts
 import numpy as np
@@ -183,6 +184,23 @@ def test_deberta_variants_it_cannot_compile_are_named(sources, compile_artifact,
     assert not (tmp_path / "artifact").exists()
 
 
+def _matches_with_each_prompt(artifact, folder, floor: float):
+    """The artifact's vectors against SentenceTransformer.encode on `folder`, with no prompt and with each of its query
+    and document prompts, padded and row by row; returns the reference model."""
+    from sentence_transformers import SentenceTransformer
+
+    from encoderrt import Engine
+
+    reference = SentenceTransformer(str(folder), device="cpu")
+    with Engine.load(artifact) as engine:
+        for prompt_name in (None, "query", "document"):
+            expected = reference.encode(TEXTS, prompt_name=prompt_name)
+            batched = engine.embed(TEXTS, prompt_name=prompt_name)
+            alone = np.concatenate([engine.embed([text], prompt_name=prompt_name) for text in TEXTS])
+            assert min(cosine_rows(batched, expected).min(), cosine_rows(alone, expected).min()) >= floor, prompt_name
+    return reference
+
+
 @pytest.fixture(scope="module")
 def embeddinggemma(tiny_dir):
     """EmbeddingGemma's folder in small: bidirectional Gemma 3, mean pooling, two Dense modules, prompts per task."""
@@ -198,20 +216,10 @@ def test_embeddinggemma_matches_sentence_transformers_with_each_prompt(target, p
                                                                        compile_artifact, tmp_path_factory):
     """Past its 9-token window (16 in the config, halved on each side for bidirectional attention), through the
     Dense stack, with each prompt; padded and row by row."""
-    from sentence_transformers import SentenceTransformer
-
-    from encoderrt import Engine
-
     result = compile_artifact(embeddinggemma, tmp_path_factory.mktemp("gemma") / f"{target}-{precision}", target=target,
                               precision=precision)
     assert _fused_attention(result.manifest) == 2 and result.manifest.shape.output_dim == 32
-    reference = SentenceTransformer(str(embeddinggemma), device="cpu")
-    with Engine.load(result.path) as engine:
-        for prompt_name in (None, "query", "document"):
-            expected = reference.encode(TEXTS, prompt_name=prompt_name)
-            batched = engine.embed(TEXTS, prompt_name=prompt_name)
-            alone = np.concatenate([engine.embed([text], prompt_name=prompt_name) for text in TEXTS])
-            assert min(cosine_rows(batched, expected).min(), cosine_rows(alone, expected).min()) >= floor, prompt_name
+    reference = _matches_with_each_prompt(result.path, embeddinggemma, floor)
     assert cosine_rows(reference.encode(TEXTS[:1], prompt_name="query"), reference.encode(TEXTS[:1]))[0] < 0.9999
 
 
@@ -228,6 +236,64 @@ def test_gemma3_language_models_are_refused_by_name(embeddinggemma, compile_arti
     with pytest.raises(InputError, match="causal attention .* not an encoder such as EmbeddingGemma"):
         compile_artifact(folder, tmp_path / "artifact")
     assert not (tmp_path / "artifact").exists()
+
+
+@pytest.fixture(scope="module")
+def embeddinggemma2(tiny_dir):
+    """EmbeddingGemma 2's text tower in small (an 8-token window each side, wider global heads with one key-value head,
+    per-layer inputs, layer scalars, a projection to 24 of its 32 widths), mean pooling, Normalize, prompts per task."""
+    return tm.sentence_transformers_folder(tiny_dir / "families" / "embeddinggemma2", pooling="mean", normalize=True,
+                                           family="embedding_gemma2",
+                                           prompts={"query": "task: search result | query: ",
+                                                    "document": "title: none | text: "})
+
+
+@pytest.mark.parametrize(("target", "precision", "floor"), [("cpu", "fp32", 0.99999), ("openvino", "fp32", 0.99999),
+                                                            ("openvino", "bf16", 0.99)])
+def test_embeddinggemma2_matches_sentence_transformers_with_each_prompt(target, precision, floor, embeddinggemma2,
+                                                                        compile_artifact, tmp_path_factory):
+    """Past its window, with each prompt, padded and row by row; every layer's attention fused."""
+    result = compile_artifact(embeddinggemma2, tmp_path_factory.mktemp("gemma2") / f"{target}-{precision}",
+                              target=target, precision=precision)
+    assert _fused_attention(result.manifest) == 2 and result.manifest.shape.output_dim == 24
+    _matches_with_each_prompt(result.path, embeddinggemma2, floor)
+
+
+def test_embeddinggemma2_multimodal_folder_serves_its_text_tower(embeddinggemma2, compile_artifact, tmp_path):
+    """The hub's layout: the composite model with vision and audio towers (the audio one has no SDPA, so it must not
+    be asked for it). Compile reads the text tower's sizes from text_config and exports that tower alone: the vectors
+    are transformers' composite model's, mean-pooled, and the bench's FLOPs count the text tower's weights only."""
+    import transformers
+
+    from encoderrt import Engine
+    from encoderrt.bench.flops import flops_per_token
+
+    encoder = embeddinggemma2.with_name(embeddinggemma2.name + "-encoder")
+    text = transformers.AutoConfig.from_pretrained(encoder)
+    vision = transformers.Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    audio = transformers.Gemma4AudioConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    torch.manual_seed(0)
+    composite = transformers.EmbeddingGemma2Model(transformers.EmbeddingGemma2Config(
+        text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict()))
+    composite.language_model.load_state_dict(transformers.AutoModel.from_pretrained(encoder).state_dict())
+    folder = tmp_path / "multimodal"
+    composite.save_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(encoder)
+    tokenizer.save_pretrained(folder)
+
+    result = compile_artifact(folder, tmp_path / "artifact", target="openvino", precision="fp32")
+    assert result.manifest.max_length == text.max_position_embeddings and result.manifest.shape.output_dim == 24
+    batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=result.manifest.max_length, return_tensors="pt")
+    with torch.inference_mode():
+        states = composite.eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    expected = ((states * mask).sum(1) / mask.sum(1)).numpy()
+    with Engine.load(result.path) as engine:
+        assert cosine_rows(engine.embed(TEXTS), expected).min() >= 0.99999
+    tower_only = compile_artifact(encoder, tmp_path / "tower").manifest.shape
+    assert flops_per_token(result.manifest.shape, 40) == flops_per_token(tower_only, 40)
+    assert flops_per_token(tower_only, 40) == pytest.approx(torch_flops_per_token(encoder, tokens=40), rel=2e-3)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ def test_families():
     assert roberta.max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("mpnet").max_positions({"max_position_embeddings": 514, "pad_token_id": 1}) == 512
     assert find_architecture("bert").max_positions({"max_position_embeddings": 512}) == 512
-    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra", "eurobert", "gemma",
+    assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra",
+                                       "embedding_gemma2", "embedding_gemma2_text", "eurobert", "gemma",
                                        "gemma3_text", "gte", "jina_embeddings_v3", "llama", "mistral", "modernbert",
                                        "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "t5", "xlm-roberta"]
     assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma", "gemma3_text",
@@ -46,7 +47,8 @@ def test_expected_gelus_count_the_head():
 
 
 def test_unknown_family_names_the_supported_ones():
-    with pytest.raises(UnsupportedArchitecture, match="model_type 'gpt2'.*bert, camembert, deberta-v2, distilbert, electra, eurobert"):
+    with pytest.raises(UnsupportedArchitecture, match="model_type 'gpt2'.*bert, camembert, deberta-v2, distilbert, electra, "
+                                                      "embedding_gemma2, embedding_gemma2_text, eurobert"):
         find_architecture("gpt2")
 
 

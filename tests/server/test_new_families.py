@@ -1,9 +1,9 @@
-"""The 2025-26 encoder families served: NomicBERT and EmbeddingGemma embedders with their prompts through the
-OpenAI SDK (prompt_name in extra_body) and Cohere's (input_type), a GTE reranker through Cohere's and the
-Jina/vLLM rerank route, each against sentence-transformers; jina-embeddings-v3's task per request through each
-dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task; the decoders,
-Qwen3-Embedding's kind with its instruction prompt and Qwen3-Reranker's with an instruction per request, on every
-route that serves them."""
+"""The 2025-26 encoder families served: NomicBERT, EmbeddingGemma and EmbeddingGemma 2 embedders with their prompts
+through the OpenAI SDK (prompt_name in extra_body; a Matryoshka width) and Cohere's (input_type), a GTE reranker
+through Cohere's and the Jina/vLLM rerank route, each against sentence-transformers; jina-embeddings-v3's task per
+request through each dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task; the
+decoders, Qwen3-Embedding's kind with its instruction prompt and Qwen3-Reranker's with an instruction per request, on
+every route that serves them."""
 
 import cohere
 import httpx
@@ -32,6 +32,10 @@ def sources(tiny_dir, jina_v3):
                                                  dense=((48, "Identity"),),
                                                  prompts={"query": "task: search result | query: ",
                                                           "document": "title: none | text: "}),
+        "gemma2": tm.sentence_transformers_folder(root / "gemma2", pooling="mean", normalize=True,
+                                                  family="embedding_gemma2",
+                                                  prompts={"query": "task: search result | query: ",
+                                                           "document": "title: none | text: "}),
         "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
         "jina": jina_v3,
         "qwen3": tm.sentence_transformers_folder(root / "qwen3", pooling="lasttoken", normalize=True, family="qwen3",
@@ -44,8 +48,8 @@ def sources(tiny_dir, jina_v3):
 @pytest.fixture(scope="module")
 def url(sources, compile_artifact, tmp_path_factory):
     root = tmp_path_factory.mktemp("served-families")
-    targets = {"nomic": "cpu", "gemma": "openvino", "gte-reranker": "cpu", "jina": "cpu", "qwen3": "openvino",
-               "qwen3-reranker": "cpu"}
+    targets = {"nomic": "cpu", "gemma": "openvino", "gemma2": "cpu", "gte-reranker": "cpu", "jina": "cpu",
+               "qwen3": "openvino", "qwen3-reranker": "cpu"}
     engines = {name.replace("-", "_"): Engine.load(compile_artifact(source, root / name, target=targets[name]).path)
                for name, source in sources.items()}
     with running_server(create_app(ServerSettings(), ready_registry(**engines))) as served:
@@ -70,6 +74,13 @@ def test_embedders_answer_with_their_prompts_through_openai_and_cohere(sources, 
     vectors = np.array(embedded.embeddings.float_, dtype=np.float32)
     assert vectors.shape == (len(TEXTS), 48)
     assert cosine_rows(vectors, gemma.encode(TEXTS, prompt_name="document")).min() >= 0.99999
+
+    gemma2 = SentenceTransformer(str(sources["gemma2"]), device="cpu")  # its first 16 widths, as Matryoshka asks
+    reply = openai.OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(
+        model="gemma2", input=TEXTS, dimensions=16, extra_body={"prompt_name": "query"})
+    served = np.array([item.embedding for item in reply.data], dtype=np.float32)
+    assert served.shape == (len(TEXTS), 16)
+    assert cosine_rows(served, gemma2.encode(TEXTS, prompt_name="query", truncate_dim=16)).min() >= 0.99999
 
 
 def test_gte_reranker_ranks_as_the_cross_encoder_through_cohere_and_jina(sources, url):
