@@ -93,6 +93,18 @@ def compile_model(options: CompileOptions, reporter: StepReporter | None = None)
         raise CompileError(f"the disk filled up while compiling ({error}); nothing was written. Compiling needs about "
                            f"{_in_units(needed)} free in the work folder ({tempfile.gettempdir()}; set TMPDIR to move "
                            "it) and the model's size again where --output is") from None
+    except (MemoryError, RuntimeError) as error:  # torch's and OpenVINO's allocators raise RuntimeError
+        if not isinstance(error, MemoryError) and "allocate" not in str(error):
+            raise
+        raise CompileError(f"compiling ran out of memory at max length {source.max_length:,} ({_first_line(error)}); "
+                           "nothing was written. Verification runs the model on probes as long as that, which "
+                           "windowed and long-context models cannot fit at every length their position table "
+                           "allows: pass --max-length with the length you will serve") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:200]
 
 
 def _work_bytes(source: SourceModel, candidates: int) -> int:

@@ -167,6 +167,28 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tiny_models, tmp_path, monke
     assert code == 1 and f"the work folder ({work}) has 1 MB free; this compile may write up to" in printed
 
 
+def test_running_out_of_memory_is_one_line_naming_the_length_and_leaves_nothing(tiny_models, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """Verification runs probes as long as the model's limit; a model whose table allows more than fits (EmbeddingGemma
+    2's 262,144 positions ask a 512 GiB window mask of torch) is told to pass --max-length, not shown a traceback.
+    Other RuntimeErrors stay what they are."""
+    from encoderrt.compile import parity
+
+    def allocation_fails(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 549755813888 bytes.")
+
+    monkeypatch.setattr(parity, "reference_outputs", allocation_fails)
+    code, err = _compile_cli(capsys, tiny_models["bert-classifier"], "--output", tmp_path / "out", "--target", "cpu")
+    assert code == 1 and "compiling ran out of memory at max length 64" in err and "pass --max-length" in err
+    assert "can't allocate memory" in err and "Traceback" not in err and not (tmp_path / "out").exists()
+
+    monkeypatch.setattr(parity, "reference_outputs", lambda *args: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        compile_model(CompileOptions(model_dir=tiny_models["bert-classifier"], output_dir=tmp_path / "out",
+                                     target="cpu", quiet=True))
+
+
 def test_unfused_layers_are_refused():
     fused = {"Attention": 6, "BiasGelu": 6, "LayerNormalization": 12}
     check_fusion(fused, num_layers=6)
