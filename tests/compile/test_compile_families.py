@@ -259,6 +259,19 @@ def test_embeddinggemma2_matches_sentence_transformers_with_each_prompt(target, 
     _matches_with_each_prompt(result.path, embeddinggemma2, floor)
 
 
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_embeddinggemma2_int8_holds_its_floors_on_text_neither_calibration_nor_probes_hold(target, embeddinggemma2,
+                                                                                            compile_artifact, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    result = compile_artifact(embeddinggemma2, tmp_path / "artifact", target=target, precision="int8")
+    assert result.manifest.precision == "int8" and _fused_attention(result.manifest) == 2
+    texts = TEXTS + list(heldout_texts.TEXTS)
+    reference = SentenceTransformer(str(embeddinggemma2), device="cpu").encode(texts)
+    similarity = cosine_rows(run_artifact(result.path, texts=texts), reference)
+    assert similarity.min() >= 0.98 and similarity.mean() >= 0.995, (similarity.min(), similarity.mean())
+
+
 def test_embeddinggemma2_multimodal_folder_serves_its_text_tower(embeddinggemma2, compile_artifact, tmp_path):
     """The hub's layout: the composite model with vision and audio towers (the audio one has no SDPA, so it must not
     be asked for it). Compile reads the text tower's sizes from text_config and exports that tower alone: the vectors
