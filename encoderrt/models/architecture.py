@@ -49,7 +49,8 @@ class Architecture:
     """Whether TensorRT's padding-free graph (compile/packed.py) knows this family's embeddings and head."""
     rewrite_attention: Callable[[Any, str], None] | None = None
     """For export only: route the loaded torch model's attention through one fusable op (models/attention.py),
-    traced for "onnxruntime" or "sdpa"; None where the exporters' own patterns already fuse it."""
+    traced for "onnxruntime" or "sdpa", with whatever else the family's graph needs to fuse (EmbeddingGemma 2's
+    RMSNorm in the form onnxruntime matches); None where the exporters' own patterns already fuse it."""
     attention_interface: bool = False
     """For export only: transformers calls this family's attention through its AttentionInterface (rotary
     families), so export routes it through models/attention.py's one op without code of the family's own

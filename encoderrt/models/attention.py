@@ -23,7 +23,7 @@ instead of adding a [B, 1, S, S] mask; a padded position's state is never read.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -240,7 +240,7 @@ def _window_masks(padding: torch.Tensor, radius: int) -> dict[str, torch.Tensor]
     return {"full_attention": full, "sliding_attention": torch.where(keys & near, 0.0, blocked)}
 
 
-def window_masks_ready_made(model: Any, text_model: str, radius: Any) -> None:
+def window_masks_ready_made(model: Any, text_model: str, radius: Callable[[Any], int]) -> None:
     """Hand the `text_model` class inside `model` its masks ready-made, one per layer type (`_window_masks`), for a
     bidirectional family with windowed layers: transformers builds them with vmap over mask functions, which
     TorchScript cannot trace, and these text models also take them as a mapping. `radius(config)`: how far a windowed
