@@ -29,19 +29,17 @@ def _unsupported(config: Mapping[str, Any]) -> str | None:
 def _for_export(model: Any, export: str) -> None:
     """Masks ready-made per layer type, and RMSNorm as x * rsqrt(mean(x^2) + eps), the form onnxruntime fuses:
     transformers writes it with pow(-0.5), to match JAX, which no fusion pattern matches."""
-    import types
-
     import torch
 
     from encoderrt.models.attention import window_masks_ready_made
 
-    def norm(self, hidden_states):
-        return hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    def rsqrt_norm(eps: float) -> Any:
+        return lambda hidden_states: hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + eps)
 
     window_masks_ready_made(model, "EmbeddingGemma2TextModel", radius=lambda config: config.sliding_window)
     for module in model.modules():
-        if type(module).__name__ == "EmbeddingGemma2RMSNorm":
-            module._norm = types.MethodType(norm, module)
+        if type(module).__name__ == "EmbeddingGemma2RMSNorm":  # its epsilon is `eps` before transformers 5.25
+            module._norm = rsqrt_norm(getattr(module, "variance_epsilon", getattr(module, "eps", None)))
 
 
 ARCHITECTURE = Architecture(
