@@ -89,9 +89,30 @@ def _multimodal(source: SourceModel) -> str | None:
 
 
 def _text_path(source: SourceModel, model: Any) -> Any:
-    """The module a text runs through: a multimodal model's text tower (Architecture.text_tower), else the model."""
-    tower = source.architecture.text_tower
-    return getattr(model, tower) if tower and _multimodal(source) else model
+    """The module a text runs through: a multimodal model's text tower (Architecture.text_tower), fed as the model
+    feeds it, else the model."""
+    architecture = source.architecture
+    if not (architecture.text_tower and _multimodal(source)):
+        return model
+    placeholders = [int(source.config[key]) for key in architecture.placeholder_ids
+                    if source.config.get(key) is not None]
+    return TextTower(getattr(model, architecture.text_tower), placeholders, int(source.config.get("pad_token_id") or 0))
+
+
+class TextTower(torch.nn.Module):
+    """A multimodal model's text tower with the model's own first step: its placeholder tokens (image, video, audio)
+    are read as padding, whose embedding the model puts in their place when no image or sound comes with them."""
+
+    def __init__(self, tower: torch.nn.Module, placeholders: list[int], pad: int):
+        super().__init__()
+        self.tower, self.config, self.pad = tower, tower.config, pad
+        self.register_buffer("placeholders", torch.tensor(placeholders, dtype=torch.long), persistent=False)
+
+    def forward(self, input_ids, attention_mask, **kwargs):
+        if self.placeholders.numel():
+            held = (input_ids[..., None] == self.placeholders).any(-1)
+            input_ids = torch.where(held, torch.full_like(input_ids, self.pad), input_ids)
+        return self.tower(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 
 def bare_encoder_class(source: SourceModel) -> Any:

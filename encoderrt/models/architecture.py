@@ -68,6 +68,9 @@ class Architecture:
     text_tower: str | None = None
     """The attribute of such a multimodal model's text tower (`language_model`), which compile loads and exports
     alone: text requests never reach the other towers."""
+    placeholder_ids: tuple[str, ...] = ()
+    """The multimodal config's keys of the placeholder tokens (image, video, audio) that its model reads as padding
+    before the text tower, as the exported tower must too: a text can hold one typed out."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 

@@ -7,8 +7,8 @@ fewer; rotary positions with a base per type.
 
 Its folder is the multimodal model (`embedding_gemma2`: text, vision and audio towers) or the text tower alone
 (`embedding_gemma2_text`). encoderrt compiles the text path: the composite's sizes are read from its `text_config`,
-and its text tower is exported alone (a text's placeholder tokens for images or audio, which the composite swaps
-for padding before its text tower, are read as the tokens they are).
+and its text tower is exported alone, after the composite's own first step: a text's placeholder tokens for images,
+video or audio are read as padding.
 
 Export builds its masks as EmbeddingGemma's (models/gemma3.py), ready-made per layer type from the padding mask.
 """
@@ -55,5 +55,6 @@ ARCHITECTURE = Architecture(
     state_width="embedding_dim",
     nested_config="text_config",
     text_tower="language_model",
+    placeholder_ids=("image_token_id", "video_token_id", "audio_token_id"),
     unsupported=_unsupported,
 )

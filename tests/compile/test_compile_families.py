@@ -274,8 +274,9 @@ def test_embeddinggemma2_int8_holds_its_floors_on_text_neither_calibration_nor_p
 
 def test_embeddinggemma2_multimodal_folder_serves_its_text_tower(embeddinggemma2, compile_artifact, tmp_path):
     """The hub's layout: the composite model with vision and audio towers (the audio one has no SDPA, so it must not
-    be asked for it). Compile reads the text tower's sizes from text_config and exports that tower alone: the vectors
-    are transformers' composite model's, mean-pooled, and the bench's FLOPs count the text tower's weights only."""
+    be asked for it). Compile reads the text tower's sizes from text_config and exports that tower alone, reading the
+    composite's image placeholder (here '#', typed in a text) as padding as the composite does: the vectors are
+    transformers' composite model's, mean-pooled, and the bench's FLOPs count the text tower's weights only."""
     import transformers
 
     from encoderrt import Engine
@@ -287,23 +288,27 @@ def test_embeddinggemma2_multimodal_folder_serves_its_text_tower(embeddinggemma2
                                              num_attention_heads=2, num_key_value_heads=1, head_dim=8)
     audio = transformers.Gemma4AudioConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
     torch.manual_seed(0)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(encoder)
+    hash_id = tokenizer.convert_tokens_to_ids("#")
     composite = transformers.EmbeddingGemma2Model(transformers.EmbeddingGemma2Config(
-        text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict()))
+        text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict(),
+        image_token_id=hash_id))
     composite.language_model.load_state_dict(transformers.AutoModel.from_pretrained(encoder).state_dict())
     folder = tmp_path / "multimodal"
     composite.save_pretrained(folder)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(encoder)
     tokenizer.save_pretrained(folder)
+    texts = TEXTS + ["issue #42 and #7 # done"]
+    assert hash_id in tokenizer(texts[-1]).input_ids
 
     result = compile_artifact(folder, tmp_path / "artifact", target="openvino", precision="fp32")
     assert result.manifest.max_length == text.max_position_embeddings and result.manifest.shape.output_dim == 24
-    batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=result.manifest.max_length, return_tensors="pt")
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=result.manifest.max_length, return_tensors="pt")
     with torch.inference_mode():
         states = composite.eval()(**batch).last_hidden_state
     mask = batch["attention_mask"][..., None].float()
     expected = ((states * mask).sum(1) / mask.sum(1)).numpy()
     with Engine.load(result.path) as engine:
-        assert cosine_rows(engine.embed(TEXTS), expected).min() >= 0.99999
+        assert cosine_rows(engine.embed(texts), expected).min() >= 0.99999
     tower_only = compile_artifact(encoder, tmp_path / "tower").manifest.shape
     assert flops_per_token(result.manifest.shape, 40) == flops_per_token(tower_only, 40)
     assert flops_per_token(tower_only, 40) == pytest.approx(torch_flops_per_token(encoder, tokens=40), rel=2e-3)
