@@ -83,23 +83,21 @@ def per_token_matmul_weights(source: SourceModel) -> int:
 
 
 def _multimodal(source: SourceModel) -> str | None:
-    """The key of the text tower's config where the folder is a multimodal model (Architecture.nested_config)."""
-    nested = source.architecture.nested_config
-    return nested if nested and isinstance(source.config.get(nested), dict) else None
+    """The key of the text tower's config where the folder is a multimodal model (Architecture.text_tower)."""
+    tower = source.architecture.text_tower
+    return tower.config if tower and isinstance(source.config.get(tower.config), dict) else None
 
 
 def _text_path(source: SourceModel, model: Any) -> Any:
-    """The module a text runs through: a multimodal model's text tower (Architecture.text_tower), fed as the model
-    feeds it, else the model."""
-    architecture = source.architecture
-    if not (architecture.text_tower and _multimodal(source)):
+    """The module a text runs through: a multimodal model's text tower, fed as the model feeds it, else the model."""
+    tower = source.architecture.text_tower
+    if not (tower and _multimodal(source)):
         return model
-    placeholders = [int(source.config[key]) for key in architecture.placeholder_ids
-                    if source.config.get(key) is not None]
-    return TextTower(getattr(model, architecture.text_tower), placeholders, int(source.config.get("pad_token_id") or 0))
+    placeholders = [int(source.config[key]) for key in tower.placeholders if source.config.get(key) is not None]
+    return TextPath(getattr(model, tower.module), placeholders, int(source.config.get("pad_token_id") or 0))
 
 
-class TextTower(torch.nn.Module):
+class TextPath(torch.nn.Module):
     """A multimodal model's text tower with the model's own first step: its placeholder tokens (image, video, audio)
     are read as padding, whose embedding the model puts in their place when no image or sound comes with them."""
 

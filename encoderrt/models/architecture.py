@@ -13,6 +13,21 @@ from typing import Any, Callable, Literal, Mapping
 
 
 @dataclass(frozen=True)
+class TextTower:
+    """A multimodal model's text tower, which compile reads, loads and exports alone: text requests never reach the
+    other towers."""
+
+    config: str
+    """The config.json key that holds the tower's sizes (EmbeddingGemma 2's `text_config`); its keys are read as the
+    model's own."""
+    module: str
+    """The attribute of the tower in the loaded model (`language_model`)."""
+    placeholders: tuple[str, ...] = ()
+    """The multimodal config's keys of the placeholder tokens (image, video, audio) that the model reads as padding
+    before the tower, as the exported tower must too: a text can hold one typed out."""
+
+
+@dataclass(frozen=True)
 class Architecture:
     name: str
     model_types: tuple[str, ...]
@@ -62,15 +77,8 @@ class Architecture:
     state_width: str = "hidden_size"
     """The config key of the width of the token states the encoder returns (EmbeddingGemma 2 projects its last layer
     to `embedding_dim`)."""
-    nested_config: str | None = None
-    """The config.json key that holds the text tower's sizes where the folder is a multimodal model
-    (EmbeddingGemma 2's `text_config`); its keys are read as the model's own."""
-    text_tower: str | None = None
-    """The attribute of such a multimodal model's text tower (`language_model`), which compile loads and exports
-    alone: text requests never reach the other towers."""
-    placeholder_ids: tuple[str, ...] = ()
-    """The multimodal config's keys of the placeholder tokens (image, video, audio) that its model reads as padding
-    before the text tower, as the exported tower must too: a text can hold one typed out."""
+    text_tower: TextTower | None = None
+    """Where a folder of this family can be a multimodal model, how to find its text tower in it."""
     unsupported: Callable[[Mapping[str, Any]], str | None] | None = None
     """What in a config.json this family's file cannot compile (a variant it does not cover), or None."""
 
@@ -84,7 +92,7 @@ class Architecture:
         """config.json with the BERT names filled in from this family's own, and a multimodal folder's text sizes
         lifted from its nested config, so the rest of compile reads one set."""
         canonical = dict(config)
-        nested = config.get(self.nested_config) if self.nested_config else None
+        nested = config.get(self.text_tower.config) if self.text_tower else None
         if isinstance(nested, Mapping):
             canonical.update({key: value for key, value in nested.items()
                               if key not in ("model_type", "architectures")})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from encoderrt.models.architecture import Architecture
+from encoderrt.models.architecture import Architecture, TextTower
 
 
 def _unsupported(config: Mapping[str, Any]) -> str | None:
@@ -53,8 +53,7 @@ ARCHITECTURE = Architecture(
     attention_interface=True,
     rewrite_attention=_for_export,
     state_width="embedding_dim",
-    nested_config="text_config",
-    text_tower="language_model",
-    placeholder_ids=("image_token_id", "video_token_id", "audio_token_id"),
+    text_tower=TextTower(config="text_config", module="language_model",
+                         placeholders=("image_token_id", "video_token_id", "audio_token_id")),
     unsupported=_unsupported,
 )
