@@ -59,6 +59,8 @@ FAMILIES: dict[str, Family] = {
     "gte": Family(_encoder("gte")),
     "eurobert": Family(_encoder("eurobert")),
     "jina_embeddings_v3": Family(_encoder("jina_embeddings_v3")),
+    # UltraBERT's defaults: a 128-token window each side, every third layer global
+    "ultrabert": Family(_encoder("ultrabert", sliding_window=128, global_every=3)),
     # EmbeddingGemma's modules: mean pooling, Dense 768 -> 3072 -> 768 without activations, its task prompts
     "embeddinggemma": Family(_encoder("gemma3", dense=((3072, "Identity"), (768, "Identity")),
                                       prompts={"query": "task: search result | query: ",

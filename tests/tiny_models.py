@@ -267,6 +267,14 @@ def family_checkpoint(folder: Path, family: str, num_labels: int | None, seed: i
         tokenizer = _byte_level_tokenizer(max_positions)
         config = transformers.EuroBertConfig(pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
                                              num_key_value_heads=small["num_attention_heads"] // 2, **small)
+    elif family == "ultrabert":  # EuroBERT's layers, windowed (8 tokens each side) but for each `global_every`-th
+        tokenizer = _byte_level_tokenizer(max_positions)
+        every = small.pop("global_every", 2)
+        config = transformers.UltrabertConfig(
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
+            num_key_value_heads=small["num_attention_heads"] // 2, sliding_window=small.pop("sliding_window", 8),
+            layer_types=["full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                         for i in range(small["num_hidden_layers"])], **small)
     elif family == "jina_embeddings_v3":  # XLM-R's tokenizer, rotary, post-norm; its task adapters: task_adapters
         tokenizer = _unigram_tokenizer(max_positions, "XLMRobertaTokenizerFast")
         config = transformers.JinaEmbeddingsV3Config(pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,

@@ -325,6 +325,18 @@ def _query_side(folder: Path, modules: _Modules | None, weights_folder: Path,
                      modules.default_side)
 
 
+def _check_transformers_knows(model_type: str, config_path: Path) -> None:
+    """The export and the parity reference run transformers' own classes: a family newer than the installed release
+    (UltraBERT before 5.20) is refused by name, not with a traceback from the loader."""
+    import transformers
+    from transformers.models.auto import configuration_auto
+
+    if model_type not in configuration_auto.CONFIG_MAPPING:
+        raise InputError(f"{config_path}: model_type '{model_type}' is newer than the installed transformers "
+                         f"{transformers.__version__}, which has no class for it; upgrade transformers "
+                         "(pip install -U transformers)")
+
+
 def inspect_source(options: CompileOptions) -> SourceModel:
     folder = Path(options.model_dir)
     if not folder.exists():
@@ -359,6 +371,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     problem = architecture.unsupported(config) if architecture.unsupported else None
     if problem:
         raise InputError(f"{config_path}: {problem}")
+    _check_transformers_knows(str(config["model_type"]), config_path)
     config = architecture.canonical_config(config)
     _check_weights(weights_folder)
 

@@ -1,7 +1,7 @@
-"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE, EuroBERT and jina-embeddings-v3
-(without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random checkpoints, against
-sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's attention fused; int8
-and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
+"""DistilBERT, ELECTRA, MPNet, CamemBERT, ModernBERT, DeBERTa-v2, NomicBERT, GTE, EuroBERT, UltraBERT and
+jina-embeddings-v3 (without its task adapters: tests/compile/test_task_adapters.py): every task on tiny random
+checkpoints, against sentence-transformers and transformers, at fp32 on onnxruntime and OpenVINO, with each layer's
+attention fused; int8 and bf16 hold their floors on text neither calibration nor probes hold, and keep ranking.
 EmbeddingGemma (an embedder only) with its Dense modules and prompts, EmbeddingGemma 2 (its text tower, alone or in
 its multimodal folder), and T5 encoders (GTR, sentence-T5) likewise."""
 
@@ -9,6 +9,7 @@ import heldout_texts
 import numpy as np
 import pytest
 import torch
+import transformers
 
 import tiny_models as tm
 from artifact_runner import cosine_rows, run_artifact, torch_flops_per_token
@@ -16,7 +17,9 @@ from encoderrt.bench.flops import flops_per_token
 from encoderrt.runtime.manifest import read_manifest
 
 FAMILIES = ("distilbert", "electra", "mpnet", "camembert", "modernbert", "deberta-v2", "nomic_bert", "gte", "eurobert",
-            "jina_embeddings_v3")
+            "jina_embeddings_v3") + (("ultrabert",) if hasattr(transformers, "UltrabertConfig") else ())
+"""UltraBERT where the installed transformers has it (since 5.20): CI's run at the declared lower bound (5.19) checks
+that compile refuses its folders by name instead."""
 SEGMENTS = ("electra", "nomic_bert")
 """The families whose graphs read segment ids, as BERT's do."""
 PAIRS = tm.PAIRS + [("привет", "как дела мир")]
@@ -123,21 +126,25 @@ def test_positions_count_from_padding_where_the_family_does(artifacts):
     st_limit = 48  # sentence_bert_config's max_seq_length caps them all
     assert limits == dict.fromkeys(FAMILIES, st_limit)
     uncapped = {family: read_manifest(artifacts[family, "score", "cpu"].path).max_length for family in FAMILIES}
-    assert uncapped == {"distilbert": 64, "electra": 64, "mpnet": 62, "camembert": 62, "modernbert": 64,
-                        "deberta-v2": 64, "nomic_bert": 64, "gte": 64, "eurobert": 64,
-                        "jina_embeddings_v3": 64}
+    assert uncapped == {**dict.fromkeys(FAMILIES, 64), "mpnet": 62, "camembert": 62}
 
 
-def test_modernbert_windows_and_padding(sources, artifacts):
-    """Sequences well past the 16-token local window, padded beside short ones, match sentence-transformers on both
-    targets (a padded query whose window holds only padding gave NaN through a boolean SDPA mask)."""
+@pytest.mark.parametrize("family", [family for family in ("modernbert", "ultrabert") if family in FAMILIES])
+def test_windows_and_padding(family, sources, artifacts):
+    """Sequences well past the window (ModernBERT's 16 tokens wide, UltraBERT's 8 on each side), padded beside short
+    ones, match sentence-transformers on both targets (a padded query whose window holds only padding gave NaN through a
+    boolean SDPA mask), where the same model without its windows embeds them differently."""
     from sentence_transformers import SentenceTransformer
 
     texts = [" ".join(tm.CORPUS_WORDS[i : i + 40]) for i in (0, 7, 19)] + ["x", "café"]
-    reference = SentenceTransformer(str(sources["modernbert", "embed"]), device="cpu").encode(texts)
+    reference = SentenceTransformer(str(sources[family, "embed"]), device="cpu")
+    expected = reference.encode(texts)
     for target in ("cpu", "openvino"):
-        embeddings = run_artifact(artifacts["modernbert", "embed", target].path, texts=texts)
-        assert np.isfinite(embeddings).all() and cosine_rows(embeddings, reference).min() >= 0.99999
+        embeddings = run_artifact(artifacts[family, "embed", target].path, texts=texts)
+        assert np.isfinite(embeddings).all() and cosine_rows(embeddings, expected).min() >= 0.99999
+    config = reference[0].auto_model.config
+    config.update({"local_attention": 512} if family == "modernbert" else {"sliding_window": 512})
+    assert cosine_rows(reference.encode(texts[:3]), expected[:3]).min() < 0.999  # the windows bind on these texts
 
 
 @pytest.mark.parametrize(("family", "target", "precision"), [
@@ -147,6 +154,8 @@ def test_modernbert_windows_and_padding(sources, artifacts):
     ("nomic_bert", "cpu", "int8"), ("nomic_bert", "openvino", "int8"), ("gte", "cpu", "int8"),
     ("gte", "openvino", "bf16"), ("eurobert", "cpu", "int8"), ("eurobert", "openvino", "int8"),
     ("jina_embeddings_v3", "cpu", "int8"), ("jina_embeddings_v3", "openvino", "int8"),
+    *[("ultrabert", target, precision) for target, precision in (("cpu", "int8"), ("openvino", "int8"),
+                                                                 ("openvino", "bf16")) if "ultrabert" in FAMILIES],
 ])
 def test_lossy_precisions_stay_close_to_sentence_transformers(family, target, precision, sources, compile_artifact, tmp_path):
     from sentence_transformers import SentenceTransformer
@@ -180,6 +189,46 @@ def test_deberta_variants_it_cannot_compile_are_named(sources, compile_artifact,
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "type_vocab_size": 2}))
     with pytest.raises(InputError, match="type_vocab_size > 0"):
+        compile_artifact(folder, tmp_path / "artifact")
+    assert not (tmp_path / "artifact").exists()
+
+
+@pytest.mark.parametrize(("family", "pooling"), [("modernbert", "mean"), ("eurobert", "mean"), ("eurobert", "late"),
+                                                *[("ultrabert", "mean")] * ("ultrabert" in FAMILIES)])
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_cross_encoders_that_pool_every_token_match_sentence_transformers(family, pooling, target, tiny_dir,
+                                                                          compile_artifact, tmp_path_factory):
+    """The head reads the mean of the real tokens' states (EuroBERT's "late": the classifier on each token, then the
+    mean) rather than the first token's: padding must not reach it, batched or pair by pair."""
+    from sentence_transformers import CrossEncoder
+
+    folder = tm.family_checkpoint(tiny_dir / "families" / f"{family}-ce-{pooling}", family, num_labels=1, seed=31,
+                                  classifier_pooling=pooling)
+    result = compile_artifact(folder, tmp_path_factory.mktemp("pooled-head") / target, target=target)
+    model = CrossEncoder(str(folder), device="cpu", max_length=result.manifest.max_length)
+    reference = model.predict(PAIRS, activation_fn=torch.nn.Identity(), convert_to_numpy=True).reshape(-1, 1)
+    rows = np.concatenate([run_artifact(result.path, pairs=[pair]) for pair in PAIRS])
+    assert np.abs(run_artifact(result.path, pairs=PAIRS) - reference).max() <= 1e-3
+    assert np.abs(rows - reference).max() <= 1e-3 and reference.std() > 0.05
+
+
+def test_ultrabert_folders_are_refused_by_name_where_transformers_lacks_the_family(tmp_path, compile_artifact,
+                                                                                   monkeypatch):
+    """UltraBERT came with transformers 5.20: under an older one (CI's run at the declared lower bound, 5.19; here the
+    family taken out of transformers' registry) its folder is refused by name, and nothing is written."""
+    import json
+
+    from transformers.models.auto import configuration_auto
+
+    from encoderrt.compile import InputError
+
+    known = {name: None for name in configuration_auto.CONFIG_MAPPING.keys() if name != "ultrabert"}
+    monkeypatch.setattr(configuration_auto, "CONFIG_MAPPING", known)
+    folder = tmp_path / "ultrabert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "ultrabert", "architectures": ["UltrabertModel"]}))
+    with pytest.raises(InputError, match=rf"model_type 'ultrabert' is newer than the installed transformers "
+                                         rf"{transformers.__version__}.*upgrade transformers"):
         compile_artifact(folder, tmp_path / "artifact")
     assert not (tmp_path / "artifact").exists()
 

@@ -14,7 +14,8 @@ def test_families():
     assert supported_model_types() == ["bert", "camembert", "deberta-v2", "distilbert", "electra",
                                        "embedding_gemma2", "embedding_gemma2_text", "eurobert", "gemma",
                                        "gemma3_text", "gte", "jina_embeddings_v3", "llama", "mistral", "modernbert",
-                                       "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "t5", "xlm-roberta"]
+                                       "mpnet", "nomic_bert", "qwen2", "qwen3", "roberta", "t5", "ultrabert",
+                                       "xlm-roberta"]
     assert [find_architecture(t).causal for t in ("qwen3", "qwen2", "mistral", "llama", "gemma", "gemma3_text",
                                                   "eurobert")] == [True, True, True, True, True, False, False]
 
@@ -36,6 +37,7 @@ def test_expected_gelus_count_the_head():
     eurobert, nomic = find_architecture("eurobert"), find_architecture("nomic_bert")
     assert (eurobert.expected_gelus("score", layers), nomic.expected_gelus("embed", layers),
             nomic.expected_gelus("score", layers)) == (1, 0, 0)
+    assert find_architecture("ultrabert").expected_gelus("score", layers) == 0  # its head is the classifier alone
     # decoders: SwiGLU, but Gemma's GeGLU gates with a (tanh) GELU in every layer
     qwen3, gemma = find_architecture("qwen3"), find_architecture("gemma")
     four = {"num_hidden_layers": 4}

@@ -1,9 +1,9 @@
 """The 2025-26 encoder families served: NomicBERT, EmbeddingGemma and EmbeddingGemma 2 embedders with their prompts
 through the OpenAI SDK (prompt_name in extra_body; a Matryoshka width) and Cohere's (input_type), a GTE reranker
-through Cohere's and the Jina/vLLM rerank route, each against sentence-transformers; jina-embeddings-v3's task per
-request through each dialect's way of naming it, against sentence-transformers with PEFT's adapter of that task; the
-decoders, Qwen3-Embedding's kind with its instruction prompt and Qwen3-Reranker's with an instruction per request, on
-every route that serves them."""
+through Cohere's and the Jina/vLLM rerank route, UltraBERT's embedder and mean-pooled reranker through TEI and vLLM,
+each against sentence-transformers; jina-embeddings-v3's task per request through each dialect's way of naming it,
+against sentence-transformers with PEFT's adapter of that task; the decoders, Qwen3-Embedding's kind with its
+instruction prompt and Qwen3-Reranker's with an instruction per request, on every route that serves them."""
 
 import cohere
 import httpx
@@ -37,6 +37,10 @@ def sources(tiny_dir, jina_v3):
                                                   prompts={"query": "task: search result | query: ",
                                                            "document": "title: none | text: "}),
         "gte-reranker": tm.family_checkpoint(root / "gte-reranker", "gte", num_labels=1, seed=7),
+        "ultrabert": tm.sentence_transformers_folder(root / "ultrabert", pooling="mean", normalize=True,
+                                                     family="ultrabert"),
+        "ultrabert-reranker": tm.family_checkpoint(root / "ultrabert-reranker", "ultrabert", num_labels=1, seed=8,
+                                                   classifier_pooling="mean"),
         "jina": jina_v3,
         "qwen3": tm.sentence_transformers_folder(root / "qwen3", pooling="lasttoken", normalize=True, family="qwen3",
                                                  prompts={"query": "Instruct: rank passages for the query\nQuery:",
@@ -48,7 +52,8 @@ def sources(tiny_dir, jina_v3):
 @pytest.fixture(scope="module")
 def url(sources, compile_artifact, tmp_path_factory):
     root = tmp_path_factory.mktemp("served-families")
-    targets = {"nomic": "cpu", "gemma": "openvino", "gemma2": "cpu", "gte-reranker": "cpu", "jina": "cpu",
+    targets = {"nomic": "cpu", "gemma": "openvino", "gemma2": "cpu", "gte-reranker": "cpu", "ultrabert": "openvino",
+               "ultrabert-reranker": "cpu", "jina": "cpu",
                "qwen3": "openvino", "qwen3-reranker": "cpu"}
     engines = {name.replace("-", "_"): Engine.load(compile_artifact(source, root / name, target=targets[name]).path)
                for name, source in sources.items()}
@@ -93,6 +98,29 @@ def test_gte_reranker_ranks_as_the_cross_encoder_through_cohere_and_jina(sources
     jina = httpx.post(f"{url}/v1/rerank", json={"model": "gte_reranker", "query": QUERY, "documents": TEXTS}, timeout=60)
     assert jina.status_code == 200, jina.text
     assert [r["index"] for r in jina.json()["results"]] == list(np.argsort(-expected, kind="stable"))
+
+
+def test_ultrabert_embeds_and_reranks_as_sentence_transformers_through_tei_and_vllm(sources, url):
+    """Texts past its 8-token windows, through TEI's /embed and /rerank (raw scores) and vLLM's /score."""
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    texts = TEXTS + [" ".join(tm.CORPUS_WORDS[:30])]
+    embedded = httpx.post(f"{url}/embed", json={"model": "ultrabert", "inputs": texts}, timeout=60)
+    assert embedded.status_code == 200, embedded.text
+    expected = SentenceTransformer(str(sources["ultrabert"]), device="cpu").encode(texts)
+    assert cosine_rows(np.array(embedded.json(), dtype=np.float32), expected).min() >= 0.99999
+
+    reranker = CrossEncoder(str(sources["ultrabert-reranker"]), device="cpu")
+    logits = reranker.predict([(QUERY, text) for text in texts], activation_fn=__import__("torch").nn.Identity())
+    tei = httpx.post(f"{url}/rerank", json={"model": "ultrabert_reranker", "query": QUERY, "texts": texts,
+                                            "raw_scores": True}, timeout=60)
+    assert tei.status_code == 200, tei.text
+    np.testing.assert_allclose([r["score"] for r in sorted(tei.json(), key=lambda r: r["index"])], logits, atol=1e-3)
+    score = httpx.post(f"{url}/v1/score", json={"model": "ultrabert_reranker", "text_1": QUERY, "text_2": texts},
+                       timeout=60)
+    assert score.status_code == 200, score.text
+    np.testing.assert_allclose([d["score"] for d in score.json()["data"]], 1 / (1 + np.exp(-logits)), atol=1e-5)
+    assert np.std(logits) > 0.05
 
 
 def test_jina_v3_takes_its_task_from_each_dialect(sources, url):
