@@ -399,15 +399,22 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
                                  family: str = "bert", dense: tuple[tuple[int, str], ...] = (),
                                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                                  include_prompt: bool = True, similarity_fn_name: str | None = None,
-                                 **checkpoint) -> Path:
+                                 chat_template: str | None = None, **checkpoint) -> Path:
     """A sentence-transformers model folder saved by sentence-transformers itself; `dense` adds Dense modules after
-    pooling as (out_features, torch.nn activation class name)."""
+    pooling as (out_features, torch.nn activation class name); `chat_template` goes into the tokenizer first, so that
+    sentence-transformers (6 and later) saves the Transformer as one that reads texts as chat messages."""
     import torch
     from sentence_transformers import SentenceTransformer, models
 
     encoder_folder = folder.with_name(folder.name + "-encoder")
     encoder = (bert_checkpoint(encoder_folder, num_labels=None) if family == "bert"
                else family_checkpoint(encoder_folder, family, num_labels=None, **checkpoint))
+    if chat_template is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(encoder)
+        tokenizer.chat_template = chat_template
+        tokenizer.save_pretrained(encoder)
     transformer = models.Transformer(str(encoder), max_seq_length=max_seq_length)
     modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling, include_prompt=include_prompt)]
     width = transformer.get_embedding_dimension()
@@ -422,6 +429,12 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
     return folder
 
 
+CHATML_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+                   "{% if message['content'] is string %}{{ message['content'] }}"
+                   "{% else %}{% for part in message['content'] %}{{ part['type'] }}: {{ part['text'] }}{% endfor %}"
+                   "{% endif %}<|im_end|>\n{% endfor %}")
+"""ChatML, as Qwen3's tokenizers carry it, with a message's content as a string (flat) or a list of typed parts
+(structured), which it renders differently, so that a render in the wrong format shows."""
 QWEN3_RERANKER_TEMPLATE = (
     "{%- set instruction = messages | selectattr('role', 'eq', 'system') | map(attribute='content') | first "
     "| default('Given a web search query, retrieve relevant passages that answer the query') -%}"

@@ -73,6 +73,7 @@ class Build:
             default_prompt_name=source.default_prompt_name,
             adapters=tuple(adapter.name for adapter in source.adapters),
             chat_template=source.chat_template,
+            text_messages=source.text_messages,
             multi_vector=source.multi_vector,
             hybrid=source.hybrid,
             static_queries=_save_static_queries(source, folder),

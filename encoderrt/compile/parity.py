@@ -273,17 +273,12 @@ limit in one batch asked onnxruntime's attention for 28 GiB."""
 
 
 def engine_outputs(
-    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, texts: list[str], pairs: tuple[list[str], list[str]],
-    pooling_starts: list[int] | None = None, adapters: list[int] | None = None, names: tuple[str, ...] = (),
+    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, probes: "Probes", names: tuple[str, ...] = (),
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Outputs of the compiled artifact, batched with padding and row by row (both must match), by output name: the
     first one's, and those `names` asks for beside it; a per-token output's rows are the real tokens', end to end."""
     backend = load_backend(manifest, artifact_dir, STREAMS_ONLY)
-    encodings = tokenizer.encode_pairs(*pairs) if manifest.task == "score" else tokenizer.encode(texts)
-    if pooling_starts:
-        encodings = [row._replace(pooling_start=start) for row, start in zip(encodings, pooling_starts)]
-    if adapters:
-        encodings = [row._replace(adapter=adapter) for row, adapter in zip(encodings, adapters)]
+    encodings = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else probes.text_rows(tokenizer)
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
     wanted = (manifest.outputs[0], *names)
@@ -410,6 +405,24 @@ class Probes:
     """Per text, its task adapter (the graph's `adapter` input), where the model has them."""
     token_reference: dict[str, np.ndarray] | None = None
     """A hybrid model's per-token outputs on the plain probes (HYBRID_TOKEN_OUTPUTS), every real token's."""
+    prompts: list[str] | None = None
+    """Per text, the prompt a request would give with it ("" for none), which the tokenizer applies: in front of
+    the text, or in a system message where the model reads texts as chat messages."""
+
+    def text_rows(self, tokenizer: TextTokenizer) -> list[Tokens]:
+        """The texts tokenised as the engine tokenises a request's, each under its prompt, with where its pooling
+        starts and its adapter."""
+        prompts = self.prompts or [""] * len(self.texts)
+        rows: list[Any] = [None] * len(self.texts)
+        for prompt in dict.fromkeys(prompts):
+            at = [i for i, given in enumerate(prompts) if given == prompt]
+            for i, row in zip(at, tokenizer.encode([self.texts[i] for i in at], prompt=prompt)):
+                rows[i] = row
+        if self.pooling_starts:
+            rows = [row._replace(pooling_start=start) for row, start in zip(rows, self.pooling_starts)]
+        if self.adapters:
+            rows = [row._replace(adapter=adapter) for row, adapter in zip(rows, self.adapters)]
+        return rows
 
 
 def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) -> Probes:
@@ -417,28 +430,31 @@ def build_probes(source: SourceModel, manifest: Manifest, artifact_dir: Path) ->
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     texts, pairs = probe_texts(tokenizer), probe_pairs(tokenizer)
     reference, name = reference_outputs(source, texts, pairs)
-    starts = adapters = None
+    starts = adapters = given = None
     if source.prompts and source.task in ("embed", "sparse") and name.startswith("sentence-transformers"):
         prompted, prompts, outputs = _prompted_reference(source, texts[:6])
         if not source.include_prompt:
             starts = [0] * len(texts) + [tokenizer.prompt_length(prompt) for prompt in prompts]
+        given = [""] * len(texts) + prompts
         texts, reference = texts + prompted, np.concatenate([reference, outputs])
     if source.adapters:
         adapted, rows, outputs = _adapted_reference(source, tokenizer, texts[:6])
         if starts is not None:
             starts += [row.pooling_start for row in rows]
         adapters = [0] * len(texts) + [row.adapter for row in rows]
+        if given is not None:
+            given += [""] * len(adapted)  # the task's prompt is in these texts
         texts, reference = texts + adapted, np.concatenate([reference, outputs])
     tokens = None
     if source.task == "hybrid":
         outputs = _torch_outputs(source, texts)
         tokens = {name: outputs[name] for name in HYBRID_TOKEN_OUTPUTS}
-    return Probes(texts, pairs, reference, name, starts, adapters, tokens)
+    return Probes(texts, pairs, reference, name, starts, adapters, tokens, given)
 
 
 def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str], list[str], np.ndarray]:
-    """Each prompt prepended to `texts` (what the engine feeds its graph), the prompt of each, and
-    sentence-transformers' outputs for encode(texts, prompt_name=name)."""
+    """`texts` once per prompt, the prompt of each, and sentence-transformers' outputs for
+    encode(texts, prompt_name=name)."""
     prompted, prompts, outputs = [], [], []
     model = _sparse_encoder(source) if source.task == "sparse" else _sentence_transformer(source)
     with warnings.catch_warnings():
@@ -446,7 +462,7 @@ def _prompted_reference(source: SourceModel, texts: list[str]) -> tuple[list[str
         for name, prompt in source.prompts.items():
             if any(adapter.name == name for adapter in source.adapters):
                 continue  # the task's adapter applies too: _adapted_reference's
-            prompted += [prompt + text for text in texts]
+            prompted += texts
             prompts += [prompt] * len(texts)
             outputs.append(_sparse_rows(model, source, texts, prompt_name=name) if source.task == "sparse" else
                            model.encode(texts, prompt_name=name, batch_size=reference_batch(source.max_length),
@@ -458,10 +474,10 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     names = tuple(probes.token_reference or ())
-    outputs = engine_outputs(manifest, artifact_dir, tokenizer, probes.texts, probes.pairs, probes.pooling_starts,
-                             probes.adapters, names)
+    outputs = engine_outputs(manifest, artifact_dir, tokenizer, probes, names)
     batched, single = outputs[manifest.outputs[0]]
-    lengths = [len(row.ids) for row in tokenizer.encode(probes.texts)] if manifest.task in ("multi_vector", "hybrid") else None
+    per_token = manifest.task in ("multi_vector", "hybrid")
+    lengths = [len(row.ids) for row in probes.text_rows(tokenizer)] if per_token else None
     figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape),
                                 [batched, single], manifest.target, manifest.activation, lengths)
     for name in names:  # a hybrid model's lexical weights compare as values, its colbert vectors as a multi-vector model's

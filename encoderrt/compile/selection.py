@@ -102,7 +102,7 @@ def long_rows_reason(manifest: Manifest) -> str | None:
 
 def measurement_batches(manifest: Manifest, folder: Path, probes: Probes) -> list[Batch]:
     tokenizer = artifact_tokenizer(manifest, folder)
-    rows = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else tokenizer.encode(probes.texts)
+    rows = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else probes.text_rows(tokenizer)
     return length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET)
 
 

@@ -17,7 +17,7 @@ from encoderrt.compile.errors import InputError
 from encoderrt.compile.options import CompileOptions
 from encoderrt.compile.static_queries import QuerySide, query_weights, read_router
 from encoderrt.models import Architecture, UnsupportedArchitecture, find_architecture
-from encoderrt.runtime.chat_template import ChatTemplate
+from encoderrt.runtime.chat_template import ChatTemplate, MessageFormat
 from encoderrt.runtime.manifest import (
     LEXICAL_WEIGHTS,
     MULTI_VECTORS,
@@ -89,7 +89,11 @@ class SourceModel:
     """A causal-LM reranker's (true, false) token ids: its score is logit(true) - logit(false) at the last token
     (sentence-transformers' LogitScore; logit(true) alone without a false token)."""
     chat_template: ChatTemplate | None = None
-    """The causal-LM reranker's chat template, which its pairs are rendered through."""
+    """The causal-LM reranker's chat template, which its pairs are rendered through, or an embedder's whose texts are
+    (`text_messages`)."""
+    text_messages: MessageFormat | None = None
+    """How an embedder whose sentence-transformers folder takes texts as chat messages holds each text in its message
+    (the Transformer's `modality_config` names "message"); None: texts are tokenised as they are."""
     multi_vector: MultiVector | None = None
     """A multi-vector (ColBERT) model's per-side rules (compile/multi_vector.py), or a hybrid model's."""
     hybrid_heads: tuple[Path, Path] | None = None
@@ -476,7 +480,10 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     if head == ["LogitScore"]:
         answer_tokens = _answer_tokens(folder / modules.logit_score_path if modules and modules.logit_score_path else None,
                                        weights_folder)
-        chat_template = _chat_template(weights_folder)
+        chat_template = _chat_template(weights_folder, "the causal-LM reranker", "its pairs are")
+    text_messages = _text_messages(transformer_settings, weights_folder, task, head)
+    if text_messages:
+        chat_template = _chat_template(weights_folder, "the embedder", "its texts are")
     include_prompt = not (task in ("embed", "hybrid") and modules and modules.pooling_path
                           and read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt")
                           is False)
@@ -508,6 +515,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         adapters=find_adapters(weights_folder) if task == "embed" else (),
         answer_tokens=answer_tokens,
         chat_template=chat_template,
+        text_messages=text_messages,
         multi_vector=multi_vector,
         hybrid_heads=heads if task == "hybrid" else None,
         hybrid=hybrid,
@@ -550,8 +558,28 @@ def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int,
     return true, false
 
 
-def _chat_template(weights_folder: Path) -> ChatTemplate:
-    """The chat template transformers finds for the folder's tokenizer, and the special tokens it renders with."""
+def _text_messages(settings: dict[str, Any], weights_folder: Path, task: str, head: list[str]) -> MessageFormat | None:
+    """The message format where the folder's Transformer takes texts as chat messages, as sentence-transformers 6 saves
+    it when the tokenizer has a chat template: `encode` then renders each text through that template (a user message,
+    a prompt as a system message) instead of tokenising it as it is."""
+    modalities = settings.get("modality_config")
+    if not isinstance(modalities, dict) or "message" not in modalities or head == ["LogitScore"]:
+        return None  # a causal-LM reranker's pairs are messages by its own rule
+    where = weights_folder / "sentence_bert_config.json"
+    if task != "embed":
+        raise InputError(f"{where}: its modality_config reads texts as chat messages, which encoderrt renders for "
+                         f"embedding models and causal-LM rerankers, not for a {task} model")
+    message = modalities["message"] if isinstance(modalities["message"], dict) else {}
+    form = message.get("format", "auto")
+    if form not in ("flat", "structured"):
+        raise InputError(f"{where}: modality_config's message format {form!r} is not one encoderrt renders "
+                         "(\"flat\" or \"structured\", as sentence-transformers saves it)")
+    return form
+
+
+def _chat_template(weights_folder: Path, model: str, rendered: str) -> ChatTemplate:
+    """The chat template transformers finds for the folder's tokenizer, and the special tokens it renders with;
+    `model` and what of it is `rendered` through the template name them where there is none."""
     from transformers import AutoTokenizer
 
     try:
@@ -562,8 +590,8 @@ def _chat_template(weights_folder: Path) -> ChatTemplate:
     if isinstance(template, dict):
         template = template.get("default")
     if not isinstance(template, str) or not template.strip():
-        raise InputError(f"the causal-LM reranker in {weights_folder} has no chat template (chat_template.jinja or "
-                         "tokenizer_config.json's chat_template), which its pairs are rendered through")
+        raise InputError(f"{model} in {weights_folder} has no chat template (chat_template.jinja or "
+                         f"tokenizer_config.json's chat_template), which {rendered} rendered through")
     variables = {name: str(value) for name, value in tokenizer.special_tokens_map.items() if isinstance(value, str)}
     return ChatTemplate(template, variables)
 

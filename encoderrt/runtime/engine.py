@@ -122,6 +122,9 @@ class Engine:
         self.artifact_dir = artifact_dir
         self.stats = EngineStats()
         self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
+        if config.long_inputs == "chunk" and manifest.text_messages:
+            raise ValueError("long_inputs 'chunk' is not available for this model: it reads each text inside its chat "
+                             "template, which a chunk would not hold; leave long inputs truncated")
         threads = BackendOptions(config.intra_op_threads).resolved_threads()
         per_session = BackendOptions(max(1, threads // config.sessions), lone_runs=config.lone_runs)
         backends = [load_backend(manifest, artifact_dir, per_session) for _ in range(config.sessions)]

@@ -13,7 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from encoderrt.runtime.chat_template import ChatTemplate
+from encoderrt.runtime.chat_template import ChatTemplate, MessageFormat
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -201,7 +201,12 @@ class Manifest:
     """Task adapters compiled into the graph (jina-embeddings-v3's LoRA per task), by the name a request gives as
     its prompt_name; the graph's `adapter` input takes 1 + the index here per row, 0 for none."""
     chat_template: ChatTemplate | None = None
-    """A causal-LM reranker's chat template: its pairs are rendered through it (runtime/chat_template.py)."""
+    """A causal-LM reranker's chat template, which its pairs are rendered through, or an embedder's where
+    `text_messages` says (runtime/chat_template.py)."""
+    text_messages: MessageFormat | None = None
+    """An embedder saved by sentence-transformers 6 or later whose Transformer takes texts as chat messages: each text
+    is rendered through `chat_template` as a user message (a prompt as a system message), its content held as this
+    format says; None: texts are tokenised as they are."""
     multi_vector: MultiVector | None = None
     """A multi-vector model's per-side rules (task multi_vector), or a hybrid model's for its colbert vectors."""
     hybrid: Hybrid | None = None

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from encoderrt.runtime.chat_template import ChatTemplate, PairRenderer
+from encoderrt.runtime.chat_template import TEXT_ROLES, ChatRenderer, ChatTemplate, MessageFormat
 from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -82,7 +82,8 @@ def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
 
 class TextTokenizer:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str],
-                 limit_owner: str = "the model's", chat_template: ChatTemplate | None = None):
+                 limit_owner: str = "the model's", chat_template: ChatTemplate | None = None,
+                 text_messages: MessageFormat | None = None):
         path = Path(tokenizer_file)
         self.path = path
         self.max_length = max_length
@@ -91,9 +92,12 @@ class TextTokenizer:
         self.pad_token_id = pad_token_id
         self.input_names = tuple(input_names)
         self.chat_template = chat_template
+        self.text_messages = text_messages
         self._plain = _load(path)
-        self._renderer = PairRenderer(chat_template, self._plain) if chat_template else None
+        self._renderer = ChatRenderer(chat_template, self._plain) if chat_template and not text_messages else None
         """A causal-LM reranker's pairs go through its chat template (runtime/chat_template.py)."""
+        self._texts = ChatRenderer(chat_template, self._plain, TEXT_ROLES, text_messages) if text_messages else None
+        """An embedder's texts go through it, where its sentence-transformers folder says so."""
         self._truncating = _load(path)
         self._truncating.enable_truncation(max_length, strategy="longest_first")
         self._truncating_left = _load(path)  # keeps a text's end (Cohere's truncate=START, TEI's Left)
@@ -106,7 +110,7 @@ class TextTokenizer:
     def for_artifact(cls, manifest: Any, artifact_dir: str | Path) -> "TextTokenizer":
         """The tokenizer an artifact's manifest describes."""
         return cls(Path(artifact_dir) / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs,
-                   chat_template=manifest.chat_template)
+                   chat_template=manifest.chat_template, text_messages=manifest.text_messages)
 
     @lru_cache(maxsize=8)
     def limited(self, max_length: int) -> "TextTokenizer":
@@ -114,7 +118,7 @@ class TextTokenizer:
         if max_length == self.max_length:
             return self
         return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names, "the request's",
-                             self.chat_template)
+                             self.chat_template, self.text_messages)
 
     def from_ids(self, token_ids: Sequence[Sequence[int]], vocab_size: int, truncate: bool = True) -> list[Tokens]:
         """Rows from caller-supplied token ids, used as given (special tokens are the caller's)."""
@@ -132,9 +136,13 @@ class TextTokenizer:
         return rows
 
     def encode(self, texts: Sequence[str], truncate: bool = True, check_length: bool = True,
-               side: str = "right") -> list[Tokens]:
+               side: str = "right", prompt: str = "") -> list[Tokens]:
         """Without truncation an over-long text is InputTooLong, unless check_length is off (tokenize endpoints);
-        truncation cuts the end (side "right") or the start ("left") of the text, special tokens kept."""
+        truncation cuts the end (side "right") or the start ("left") of the text, special tokens kept. `prompt` goes
+        in front of each text, or, where texts are chat messages, in a system message before it."""
+        if self._texts is not None:
+            return self._encode_messages(texts, truncate, check_length, side, prompt)
+        texts = [prompt + text for text in texts] if prompt else texts
         if truncate:
             cutter = self._truncating_left if side == "left" else self._truncating
             return [_tokens(e) for e in _encode_all(cutter, texts)]
@@ -143,12 +151,31 @@ class TextTokenizer:
             self._check_lengths(encodings)
         return encodings
 
+    def _encode_messages(self, texts: Sequence[str], truncate: bool, check_length: bool, side: str,
+                         prompt: str) -> list[Tokens]:
+        """Texts rendered through the chat template, cut on the right with its tail written back, as
+        sentence-transformers cuts them (it has no other side for a chat message)."""
+        if truncate and side != "right":
+            raise InvalidRequest("this model reads each text inside its chat template, which is cut at its end: "
+                                 "truncation from the left (the start of the text) is not available for it")
+        instruction = prompt or None
+        rendered = [self._texts.render([text], instruction) for text in texts]
+        ids = [encoding.ids for encoding in _encode_all(self._plain, rendered, add_special_tokens=False)]
+        rows = [Tokens(row, [0] * len(row))
+                for row in (self._texts.cut(ids, self.max_length, instruction) if truncate else ids)]
+        if check_length and not truncate:
+            self._check_lengths(rows)
+        return rows
+
     def words(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids without special tokens, uncut (an inference-free sparse model's queries)."""
         return [encoding.ids for encoding in _encode_all(self._plain, texts, add_special_tokens=False)]
 
     def encode_chunks(self, texts: Sequence[str]) -> list[list[Tokens]]:
         """Each text as consecutive chunks of at most max_length tokens, each with the special tokens."""
+        if self._texts is not None:
+            raise InvalidRequest("this model reads each text inside its chat template: a long text cannot be read "
+                                 "in chunks; truncate it instead")
         return [[_tokens(e), *map(_tokens, e.overflowing)] for e in _encode_all(self._truncating, texts)]
 
     def encode_pairs(self, firsts: Sequence[str], seconds: Sequence[str], truncate: bool = True,
@@ -161,7 +188,7 @@ class TextTokenizer:
             raise ValueError(f"{len(firsts)} first texts for {len(seconds)} second texts")
         if self._renderer is not None:
             instruction = prompt or None
-            texts = self._renderer.render_pairs(firsts, seconds, instruction)
+            texts = [self._renderer.render(pair, instruction) for pair in zip(firsts, seconds)]
             ids = [encoding.ids for encoding in _encode_all(self._plain, texts, add_special_tokens=False)]
             rows = [Tokens(row, [0] * len(row))
                     for row in (self._renderer.cut(ids, self.max_length, instruction) if truncate else ids)]
@@ -202,7 +229,7 @@ class TextTokenizer:
     def prompt_length(self, prompt: str) -> int:
         """The tokens a prompt occupies at the start of a prompted text, by sentence-transformers' rule: the prompt
         tokenised alone, special tokens included, less a trailing special token (the [SEP] that closes it)."""
-        if not prompt:
+        if not prompt or self._texts is not None:  # in a system message, pooled with the rest (as in s-t)
             return 0
         encoding = self._plain.encode(prompt)
         trailing = 1 if encoding.special_tokens_mask and encoding.special_tokens_mask[-1] else 0

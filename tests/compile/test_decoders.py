@@ -155,6 +155,47 @@ def test_lossy_precisions_stay_close_to_sentence_transformers(target, precision,
     assert similarity.min() >= floor and similarity.mean() >= 0.995, (similarity.min(), similarity.mean())
 
 
+@pytest.mark.parametrize(("family", "message_format", "target"), [("qwen3", "flat", "cpu"),
+                                                                   ("qwen3", "structured", "openvino"),
+                                                                   ("gemma3", "flat", "openvino")])
+def test_texts_as_chat_messages_match_sentence_transformers(family, message_format, target, tiny_dir,
+                                                            compile_artifact, tmp_path):
+    """A folder saved by sentence-transformers 6 from a tokenizer with a chat template (Qwen3-Embedding's carries one;
+    an EmbeddingGemma fine-tune's too) reads texts as chat messages: `encode` renders each as a user message, a prompt
+    as a system message, and pools whatever the template wrote. The engine renders them the same way, with and without
+    a prompt, past the limit (the template's tail written back over the cut, where last-token pooling reads), and
+    cuts nothing else: a text's start, or a text in chunks, is refused."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = tm.sentence_transformers_folder(tiny_dir / "decoders" / f"{family}-messages-{message_format}",
+                                             pooling="lasttoken" if family == "qwen3" else "mean", normalize=True,
+                                             family=family, prompts=QWEN3_PROMPTS, chat_template=tm.CHATML_TEMPLATE,
+                                             max_seq_length=40)
+    settings_file = folder / "sentence_bert_config.json"
+    settings = json.loads(settings_file.read_text())
+    assert settings["modality_config"]["message"]["format"] in ("flat", "structured")  # as sentence-transformers saw it
+    settings["modality_config"]["message"]["format"] = message_format  # each, whichever it chose
+    settings_file.write_text(json.dumps(settings))
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    assert result.manifest.text_messages == message_format
+    reference = SentenceTransformer(str(folder), device="cpu")
+    texts = TEXTS + [" ".join(tm.CORPUS_WORDS[:60])]
+    with Engine.load(result.path) as engine:
+        for prompt_name in (None, "query"):
+            expected = reference.encode(texts, prompt_name=prompt_name)
+            alone = np.concatenate([engine.embed([text], prompt_name=prompt_name) for text in texts])
+            assert cosine_rows(np.array(engine.embed(texts, prompt_name=prompt_name)), expected).min() >= 0.99999
+            assert cosine_rows(alone, expected).min() >= 0.99999
+        with pytest.raises(InvalidRequest, match="truncation from the left .* is not available"):
+            engine.embed(texts, truncation_side="left")
+    settings["modality_config"].pop("message")  # the same weights reading plain texts embed differently
+    settings_file.write_text(json.dumps(settings))
+    plain = SentenceTransformer(str(folder), device="cpu").encode(texts)
+    assert cosine_rows(plain, reference.encode(texts)).min() < 0.999
+    with pytest.raises(ValueError, match="long_inputs 'chunk' is not available for this model"):
+        Engine.load(result.path, long_inputs="chunk")
+
+
 def test_an_empty_text_its_tokenizer_adds_nothing_to_is_refused_and_the_engine_goes_on(compile_artifact, tmp_path):
     """A Qwen2 tokenizer that appends no end-of-text token leaves an empty text no token at all: such a row once
     reached the batching loop, whose workers died on it, and every later request waited for ever."""

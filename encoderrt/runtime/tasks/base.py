@@ -11,7 +11,7 @@ import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest, ResultTooLarge
 from encoderrt.runtime.manifest import Manifest
-from encoderrt.runtime.prompts import adapter_index, resolve_prompt, with_prompt
+from encoderrt.runtime.prompts import adapter_index, resolve_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
 from encoderrt.runtime.requests import NoLongerThan, Truncation, as_texts
 from encoderrt.runtime.tokenizer import POOLING_START, TextTokenizer, Tokens
@@ -98,7 +98,7 @@ class ModelContext:
         """Texts with their prompt in front, tokenised, truncation cutting the `side` end."""
         if side not in ("right", "left"):
             raise InvalidRequest(f"truncation side must be 'right' or 'left', got {side!r}")
-        return tokenizer.encode(with_prompt(as_texts(texts, "texts"), prefix), cut, side=side)
+        return tokenizer.encode(as_texts(texts, "texts"), cut, side=side, prompt=prefix)
 
     def limit_token_vectors(self, rows: list[Tokens], what: str, advice: str = "send fewer or shorter texts") -> None:
         """A request that returns a vector per token holds at most max_token_embeddings of them (`what` they are)."""

@@ -11,7 +11,6 @@ import numpy as np
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import MULTI_VECTORS
 from encoderrt.runtime.postprocess import ACTIVATIONS, SIMILARITIES, shape_embeddings
-from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tasks.multi_vector import pair_maxsim, rules_of, scored, side_rows
@@ -76,7 +75,7 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     left = [position[t] for t in firsts]
     right = [position[t] for t in seconds]
     prefix = model.prompt()
-    rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(with_prompt(unique, prefix), cut)), None)
+    rows = model.with_adapter(model.pooled_after(prefix, tokenizer.encode(unique, cut, prompt=prefix)), None)
     similarity, width = SIMILARITIES[model.manifest.similarity], model.manifest.truncate_dim
     normalize = model.manifest.normalize and model.manifest.similarity != "cosine"  # cosine normalises by itself
 
