@@ -92,8 +92,8 @@ class SourceModel:
     """The causal-LM reranker's chat template, which its pairs are rendered through, or an embedder's whose texts are
     (`text_messages`)."""
     text_messages: MessageFormat | None = None
-    """How an embedder whose sentence-transformers folder takes texts as chat messages holds each text in its message
-    (the Transformer's `modality_config` names "message"); None: texts are tokenised as they are."""
+    """How a model whose sentence-transformers folder takes its inputs as chat messages (the Transformer's
+    `modality_config` names "message") holds each one in its message; None: inputs are tokenised as they are."""
     multi_vector: MultiVector | None = None
     """A multi-vector (ColBERT) model's per-side rules (compile/multi_vector.py), or a hybrid model's."""
     hybrid_heads: tuple[Path, Path] | None = None
@@ -483,7 +483,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         chat_template = _chat_template(weights_folder, "the causal-LM reranker", "its pairs are")
     text_messages = _text_messages(transformer_settings, weights_folder, task, head)
     if text_messages:
-        chat_template = _chat_template(weights_folder, "the embedder", "its texts are")
+        chat_template = _chat_template(weights_folder, f"the {task} model", "its inputs are")
     include_prompt = not (task in ("embed", "hybrid") and modules and modules.pooling_path
                           and read_optional_json(folder / modules.pooling_path / "config.json").get("include_prompt")
                           is False)
@@ -559,16 +559,17 @@ def _answer_tokens(logit_score: Path | None, weights_folder: Path) -> tuple[int,
 
 
 def _text_messages(settings: dict[str, Any], weights_folder: Path, task: str, head: list[str]) -> MessageFormat | None:
-    """The message format where the folder's Transformer takes texts as chat messages, as sentence-transformers 6 saves
-    it when the tokenizer has a chat template: `encode` then renders each text through that template (a user message,
-    a prompt as a system message) instead of tokenising it as it is."""
+    """The message format where the folder's Transformer takes its inputs as chat messages, as sentence-transformers 6
+    saves it when the tokenizer has a chat template: `encode` then renders each text through that template (a user
+    message, a prompt as a system message) instead of tokenising it as it is, and `CrossEncoder.predict` each pair (a
+    query and a document message)."""
     modalities = settings.get("modality_config")
     if not isinstance(modalities, dict) or "message" not in modalities or head == ["LogitScore"]:
         return None  # a causal-LM reranker's pairs are messages by its own rule
     where = weights_folder / "sentence_bert_config.json"
-    if task != "embed":
-        raise InputError(f"{where}: its modality_config reads texts as chat messages, which encoderrt renders for "
-                         f"embedding models and causal-LM rerankers, not for a {task} model")
+    if task not in ("embed", "score"):
+        raise InputError(f"{where}: its modality_config reads inputs as chat messages, which encoderrt renders for "
+                         f"embedding models and cross-encoders, not for a {task} model")
     message = modalities["message"] if isinstance(modalities["message"], dict) else {}
     form = message.get("format", "auto")
     if form not in ("flat", "structured"):

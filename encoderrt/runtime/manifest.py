@@ -204,9 +204,9 @@ class Manifest:
     """A causal-LM reranker's chat template, which its pairs are rendered through, or an embedder's where
     `text_messages` says (runtime/chat_template.py)."""
     text_messages: MessageFormat | None = None
-    """An embedder saved by sentence-transformers 6 or later whose Transformer takes texts as chat messages: each text
-    is rendered through `chat_template` as a user message (a prompt as a system message), its content held as this
-    format says; None: texts are tokenised as they are."""
+    """A model saved by sentence-transformers 6 or later whose Transformer takes its inputs as chat messages: each text
+    is rendered through `chat_template` as a user message, each pair as a query and a document message (a prompt as a
+    system message before them), the content held as this format says; None: inputs are tokenised as they are."""
     multi_vector: MultiVector | None = None
     """A multi-vector model's per-side rules (task multi_vector), or a hybrid model's for its colbert vectors."""
     hybrid: Hybrid | None = None

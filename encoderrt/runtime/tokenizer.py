@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from encoderrt.runtime.chat_template import TEXT_ROLES, ChatRenderer, ChatTemplate, MessageFormat
+from encoderrt.runtime.chat_template import PAIR_ROLES, TEXT_ROLES, ChatRenderer, ChatTemplate, MessageFormat
 from encoderrt.runtime.errors import InputTooLong, InvalidRequest
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -94,8 +94,10 @@ class TextTokenizer:
         self.chat_template = chat_template
         self.text_messages = text_messages
         self._plain = _load(path)
-        self._renderer = ChatRenderer(chat_template, self._plain) if chat_template and not text_messages else None
-        """A causal-LM reranker's pairs go through its chat template (runtime/chat_template.py)."""
+        self._renderer = (ChatRenderer(chat_template, self._plain, PAIR_ROLES, text_messages or "flat")
+                          if chat_template else None)
+        """A causal-LM reranker's pairs go through its chat template (runtime/chat_template.py), and a cross-encoder's
+        where its sentence-transformers folder reads inputs as chat messages."""
         self._texts = ChatRenderer(chat_template, self._plain, TEXT_ROLES, text_messages) if text_messages else None
         """An embedder's texts go through it, where its sentence-transformers folder says so."""
         self._truncating = _load(path)

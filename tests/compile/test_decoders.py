@@ -140,6 +140,46 @@ def test_sequence_classification_reranker_matches_the_cross_encoder(target, sour
     assert reference.std() > 0.05
 
 
+@pytest.fixture(scope="module")
+def messages_cross_encoder(tiny_dir):
+    """A Qwen3 sequence-classification reranker whose tokenizer has a chat template, saved by CrossEncoder."""
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoTokenizer
+
+    folder = tiny_dir / "decoders" / "qwen3-seq-cls-messages"
+    bare = tm.family_checkpoint(folder.with_name(folder.name + "-bare"), "qwen3", num_labels=1, seed=11)
+    tokenizer = AutoTokenizer.from_pretrained(bare)
+    tokenizer.chat_template = tm.CHATML_TEMPLATE
+    tokenizer.save_pretrained(bare)
+    CrossEncoder(str(bare), device="cpu").save(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("target", ["cpu", "openvino"])
+def test_a_cross_encoder_that_reads_pairs_as_chat_messages_matches_it(target, messages_cross_encoder, compile_artifact,
+                                                                      tmp_path):
+    """A sequence-classification reranker (Qwen3-Reranker converted to one) whose tokenizer has a chat template, saved
+    by sentence-transformers 6: `CrossEncoder.predict` renders each pair as a query and a document message (the
+    instruction as a system message), in the format the folder saved, and reads the head on the last token; the
+    engine renders them the same way, batched and pair by pair, past the limit too."""
+    from sentence_transformers import CrossEncoder
+
+    folder = messages_cross_encoder
+    assert "message" in json.loads((folder / "sentence_bert_config.json").read_text())["modality_config"]
+    result = compile_artifact(folder, tmp_path / "artifact", target=target)
+    assert result.manifest.text_messages in ("flat", "structured")
+    model = CrossEncoder(str(folder), device="cpu", max_length=result.manifest.max_length)
+    instruction = "find the passage about a fox"
+    with Engine.load(result.path) as engine:
+        for prompt in (None, instruction):
+            expected = model.predict(PAIRS, prompt=prompt, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+            batched = engine.score([q for q, _ in PAIRS], [d for _, d in PAIRS], activation=False, prompt=prompt)
+            alone = [engine.score([q], [d], activation=False, prompt=prompt)[0] for q, d in PAIRS]
+            assert np.abs(np.array(batched) - expected).max() <= 1e-3, prompt
+            assert np.abs(np.array(alone) - expected).max() <= 1e-3, prompt
+        assert np.abs(expected - model.predict(PAIRS, activation_fn=torch.nn.Identity())).max() > 1e-3
+
+
 @pytest.mark.parametrize(("target", "precision"), [("openvino", "bf16"), ("openvino", "int8"), ("cpu", "int8")])
 def test_lossy_precisions_stay_close_to_sentence_transformers(target, precision, sources, compile_artifact, tmp_path):
     from sentence_transformers import SentenceTransformer
