@@ -63,11 +63,9 @@ FAMILIES: dict[str, Family] = {
     "ultrabert": Family(_encoder("ultrabert", sliding_window=128, global_every=3)),
     # EmbeddingGemma's modules: mean pooling, Dense 768 -> 3072 -> 768 without activations, its task prompts
     "embeddinggemma": Family(_encoder("gemma3", dense=((3072, "Identity"), (768, "Identity")),
-                                      prompts={"query": "task: search result | query: ",
-                                               "document": "title: none | text: "})),
+                                      prompts=tiny_models.EMBEDDINGGEMMA_PROMPTS)),
     "embeddinggemma2": Family(_encoder("embedding_gemma2", **EMBEDDINGGEMMA2,
-                                       prompts={"query": "task: search result | query: ",
-                                                "document": "title: none | text: "})),
+                                       prompts=tiny_models.EMBEDDINGGEMMA_PROMPTS)),
     # GTR-T5-base's modules: T5 v1.1's encoder (gated GELU, d_ff 2048), mean pooling, Dense 768 -> 768, Normalize
     "gtr_t5_base": Family(_encoder("t5", dense=((768, "Identity"),), intermediate_size=2048)),
     "qwen3_embedding_0.6b": Family(_encoder("qwen3", pooling="lasttoken", **QWEN3_06B, prompts={

@@ -424,11 +424,14 @@ def sentence_transformers_folder(folder: Path, pooling: str, normalize: bool = F
         width = out_features
     if normalize:
         modules.append(models.Normalize())
+    prompts = dict(prompts) if prompts is not None else None  # its own copy of a shared constant
     SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name,
                         similarity_fn_name=similarity_fn_name).save(str(folder))
     return folder
 
 
+EMBEDDINGGEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: "}
+"""EmbeddingGemma's (and EmbeddingGemma 2's) retrieval prompts, as its config_sentence_transformers.json names them."""
 CHATML_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
                    "{% if message['content'] is string %}{{ message['content'] }}"
                    "{% else %}{% for part in message['content'] %}{{ part['type'] }}: {{ part['text'] }}{% endfor %}"

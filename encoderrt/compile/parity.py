@@ -273,12 +273,13 @@ limit in one batch asked onnxruntime's attention for 28 GiB."""
 
 
 def engine_outputs(
-    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, probes: "Probes", names: tuple[str, ...] = (),
+    manifest: Manifest, artifact_dir: Path, tokenizer: TextTokenizer, encodings: list[Tokens],
+    names: tuple[str, ...] = (),
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Outputs of the compiled artifact, batched with padding and row by row (both must match), by output name: the
-    first one's, and those `names` asks for beside it; a per-token output's rows are the real tokens', end to end."""
+    """Outputs of the compiled artifact on the probes' rows, batched with padding and row by row (both must match), by
+    output name: the first one's, and those `names` asks for beside it; a per-token output's rows are the real
+    tokens', end to end."""
     backend = load_backend(manifest, artifact_dir, STREAMS_ONLY)
-    encodings = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else probes.text_rows(tokenizer)
     # in the probes' order, so short rows are padded beside long ones
     budget = max(VERIFY_BATCH_TOKENS, 2 * manifest.max_length)
     wanted = (manifest.outputs[0], *names)
@@ -474,10 +475,10 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
     """Run the artifact on the probes and compare with the reference; returns figures and broken tolerances."""
     tokenizer = artifact_tokenizer(manifest, artifact_dir)
     names = tuple(probes.token_reference or ())
-    outputs = engine_outputs(manifest, artifact_dir, tokenizer, probes, names)
+    rows = tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else probes.text_rows(tokenizer)
+    outputs = engine_outputs(manifest, artifact_dir, tokenizer, rows, names)
     batched, single = outputs[manifest.outputs[0]]
-    per_token = manifest.task in ("multi_vector", "hybrid")
-    lengths = [len(row.ids) for row in probes.text_rows(tokenizer)] if per_token else None
+    lengths = [len(row.ids) for row in rows] if manifest.task in ("multi_vector", "hybrid") else None
     figures, failures = compare(manifest.task, manifest.precision, probes.reference.reshape(batched.shape),
                                 [batched, single], manifest.target, manifest.activation, lengths)
     for name in names:  # a hybrid model's lexical weights compare as values, its colbert vectors as a multi-vector model's

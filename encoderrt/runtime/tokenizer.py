@@ -160,11 +160,18 @@ class TextTokenizer:
         if truncate and side != "right":
             raise InvalidRequest("this model reads each text inside its chat template, which is cut at its end: "
                                  "truncation from the left (the start of the text) is not available for it")
+        return self._rendered(self._texts, [[text] for text in texts], prompt, truncate, check_length)
+
+    def _rendered(self, renderer: ChatRenderer, conversations: Sequence[Sequence[str]], prompt: str, truncate: bool,
+                  check_length: bool = True) -> list[Tokens]:
+        """Each conversation's contents rendered through `renderer` (the prompt as its instruction) and tokenised
+        without special tokens; truncation cuts with the template's tail written back, else an over-long one is
+        InputTooLong unless check_length is off."""
         instruction = prompt or None
-        rendered = [self._texts.render([text], instruction) for text in texts]
+        rendered = [renderer.render(contents, instruction) for contents in conversations]
         ids = [encoding.ids for encoding in _encode_all(self._plain, rendered, add_special_tokens=False)]
-        rows = [Tokens(row, [0] * len(row))
-                for row in (self._texts.cut(ids, self.max_length, instruction) if truncate else ids)]
+        rows = [Tokens(row, [0] * len(row)) for row in (renderer.cut(ids, self.max_length, instruction) if truncate
+                                                        else ids)]
         if check_length and not truncate:
             self._check_lengths(rows)
         return rows
@@ -189,14 +196,7 @@ class TextTokenizer:
         if len(firsts) != len(seconds):
             raise ValueError(f"{len(firsts)} first texts for {len(seconds)} second texts")
         if self._renderer is not None:
-            instruction = prompt or None
-            texts = [self._renderer.render(pair, instruction) for pair in zip(firsts, seconds)]
-            ids = [encoding.ids for encoding in _encode_all(self._plain, texts, add_special_tokens=False)]
-            rows = [Tokens(row, [0] * len(row))
-                    for row in (self._renderer.cut(ids, self.max_length, instruction) if truncate else ids)]
-            if not truncate:
-                self._check_lengths(rows)
-            return rows
+            return self._rendered(self._renderer, list(zip(firsts, seconds)), prompt, truncate)
         if prompt:
             firsts = [prompt + first for first in firsts]
         unique_firsts = list(dict.fromkeys(firsts))

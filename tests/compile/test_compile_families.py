@@ -255,8 +255,7 @@ def embeddinggemma(tiny_dir):
     """EmbeddingGemma's folder in small: bidirectional Gemma 3, mean pooling, two Dense modules, prompts per task."""
     return tm.sentence_transformers_folder(tiny_dir / "families" / "embeddinggemma", pooling="mean", normalize=True,
                                            family="gemma3", dense=((64, "Identity"), (32, "Identity")),
-                                           prompts={"query": "task: search result | query: ",
-                                                    "document": "title: none | text: "})
+                                           prompts=tm.EMBEDDINGGEMMA_PROMPTS)
 
 
 @pytest.mark.parametrize(("target", "precision", "floor"), [("cpu", "fp32", 0.99999), ("openvino", "fp32", 0.99999),
@@ -293,8 +292,7 @@ def embeddinggemma2(tiny_dir):
     per-layer inputs, layer scalars, a projection to 24 of its 32 widths), mean pooling, Normalize, prompts per task."""
     return tm.sentence_transformers_folder(tiny_dir / "families" / "embeddinggemma2", pooling="mean", normalize=True,
                                            family="embedding_gemma2",
-                                           prompts={"query": "task: search result | query: ",
-                                                    "document": "title: none | text: "})
+                                           prompts=tm.EMBEDDINGGEMMA_PROMPTS)
 
 
 @pytest.mark.parametrize(("target", "precision", "floor"), [("cpu", "fp32", 0.99999), ("openvino", "fp32", 0.99999),
