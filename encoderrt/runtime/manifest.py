@@ -3,6 +3,11 @@
 Only this module parses manifest.json. The schema is versioned; a reader refuses versions it
 does not know instead of guessing, and checks every file's sha256 so that a truncated copy or
 a hand-edited graph is caught at load rather than as wrong numbers later.
+
+Fields are added over time, each with a default that means "as before". A manifest lists under `requires` the
+fields it sets that change what the artifact computes, so a reader that does not know one of them refuses the
+artifact by name instead of ignoring it and serving other numbers; fields that only record how the artifact was
+made are left out of that list, and an older reader skips them.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ from typing import Any, Literal
 
 from encoderrt.runtime.chat_template import ChatTemplate, MessageFormat
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS: tuple[int, ...] = (1, 2)
+"""Version 1 manifests have no `requires`: readers of version 1 ignored the fields they did not know (an artifact of a
+model that reads texts as chat messages, loaded by one of them, would have tokenised plain text), so the list came
+with a new version, which those readers refuse. Every version 1 manifest is one this reader knows all fields of."""
 MANIFEST_NAME = "manifest.json"
 
 Task = Literal["embed", "score", "classify", "sparse", "multi_vector", "hybrid"]
@@ -46,6 +55,11 @@ SPARSE_POOLINGS: tuple[str, ...] = ("splade_max", "splade_sum", "splade_max_log1
 """SPLADE over the MLM logits: log(1 + relu(logit)), then the max or the sum over the tokens."""
 ACTIVATIONS: tuple[str, ...] = ("sigmoid", "softmax", "identity", "tanh", "relu")
 LAYOUTS: tuple[str, ...] = ("padded", "packed")
+
+
+_RECORD = {"record": True}
+"""Field metadata: the field records how the artifact was made (or measured), and the runtime serves the same
+numbers without it, so a manifest does not list it under `requires`."""
 
 
 class ManifestError(ValueError):
@@ -181,10 +195,10 @@ class Manifest:
     activation: Activation = "identity"
     """Score/classify activation applied by the runtime; the graph always returns raw logits."""
     labels: tuple[str, ...] = ()
-    source: dict[str, Any] = field(default_factory=dict)
-    fused_ops: dict[str, int] = field(default_factory=dict)
-    parity: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict, metadata=_RECORD)
+    fused_ops: dict[str, int] = field(default_factory=dict, metadata=_RECORD)
+    parity: dict[str, Any] = field(default_factory=dict, metadata=_RECORD)
+    versions: dict[str, str] = field(default_factory=dict, metadata=_RECORD)
     files: dict[str, str] = field(default_factory=dict)
     """sha256 of every file in the artifact other than the manifest itself."""
     layout: Layout = "padded"
@@ -192,7 +206,7 @@ class Manifest:
     the real tokens only, with cu_seqlens (runtime/packing.py), and its attention is a GPU plugin."""
     engine: dict[str, Any] = field(default_factory=dict)
     """Target-specific record: for "tensorrt", the engine file and what it was built for (engine_record.py)."""
-    selection: dict[str, Any] = field(default_factory=dict)
+    selection: dict[str, Any] = field(default_factory=dict, metadata=_RECORD)
     """With --target/--precision auto: every candidate's speed and parity here, and the rule that chose."""
     prompts: dict[str, str] = field(default_factory=dict)
     """Named prompts from the sentence-transformers folder, prepended to texts (runtime/prompts.py)."""
@@ -215,18 +229,34 @@ class Manifest:
     """An inference-free sparse model's query side (task sparse)."""
     schema_version: int = SCHEMA_VERSION
 
+    def requires(self) -> tuple[str, ...]:
+        """The fields this manifest sets away from their defaults, other than records: what a reader must know to
+        serve the artifact as it was compiled (fields without a default every reader of this version knows)."""
+        return tuple(f.name for f in fields(self) if not f.metadata.get("record") and _set(self, f))
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=False) + "\n"
+        return json.dumps({**asdict(self), "requires": list(self.requires())}, indent=2, sort_keys=False) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Manifest":
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ManifestError(
                 f"manifest schema_version {version!r} is not supported by this encoderrt "
-                f"(it reads version {SCHEMA_VERSION}); recompile the model"
+                f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))}); upgrade encoderrt to the one that "
+                "compiled it, or recompile the model with this one"
             )
         known = {f.name for f in fields(cls)}
+        requires = data.get("requires", [])
+        if not isinstance(requires, list) or not all(isinstance(name, str) for name in requires):
+            raise ManifestError(f"manifest requires {requires!r} is not a list of field names")
+        unknown = [name for name in requires if name not in known]
+        if unknown:
+            raise ManifestError(
+                f"the artifact needs manifest fields this encoderrt does not know ({', '.join(unknown)}): it was "
+                "compiled by a newer encoderrt, and served without them it would compute other numbers; upgrade "
+                "encoderrt, or recompile the model with this one"
+            )
         required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
         missing = [name for name in required if name not in data]
         if missing:
@@ -286,6 +316,13 @@ class Manifest:
             raise ManifestError(f"manifest layout {self.layout!r} is not one of {LAYOUTS}")
         if self.max_length < 2:
             raise ManifestError(f"manifest max_length {self.max_length} is too small")
+
+
+def _set(manifest: Manifest, spec: Any) -> bool:
+    """Whether a field with a default holds something other than it."""
+    if spec.default is not MISSING:
+        return getattr(manifest, spec.name) != spec.default
+    return spec.default_factory is not MISSING and getattr(manifest, spec.name) != spec.default_factory()
 
 
 def sha256_file(path: Path) -> str:

@@ -80,5 +80,5 @@ def test_ffn_down_projections_are_found_by_structure(minilm_fp32):
 
 def test_manifest_is_plain_json(minilm_fp32):
     data = json.loads((minilm_fp32.path / "manifest.json").read_text())
-    assert data["schema_version"] == 1 and data["parity"]["reference"].startswith("sentence-transformers")
+    assert data["schema_version"] == 2 and data["parity"]["reference"].startswith("sentence-transformers")
     assert np.isfinite(data["parity"]["min_cosine"])

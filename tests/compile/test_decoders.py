@@ -218,6 +218,10 @@ def test_texts_as_chat_messages_match_sentence_transformers(family, message_form
     settings_file.write_text(json.dumps(settings))
     result = compile_artifact(folder, tmp_path / "artifact", target=target)
     assert result.manifest.text_messages == message_format
+    # a reader that skipped these would tokenise plain text: the manifest lists them, and one that does not know them
+    # refuses the artifact (tests/runtime/test_manifest.py)
+    written = json.loads((result.path / "manifest.json").read_text())
+    assert {"text_messages", "chat_template"} <= set(written["requires"])
     reference = SentenceTransformer(str(folder), device="cpu")
     texts = TEXTS + [" ".join(tm.CORPUS_WORDS[:60])]
     with Engine.load(result.path) as engine:

@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from encoderrt.runtime.manifest import ManifestError, read_manifest
+from encoderrt.runtime.manifest import SCHEMA_VERSION, ManifestError, read_manifest
 
 
 def _copy(artifact, tmp_path):
@@ -12,7 +12,17 @@ def _copy(artifact, tmp_path):
 
 def test_reads_compiled_manifest(tiny_artifacts):
     manifest = read_manifest(tiny_artifacts["bert-cross-encoder"])
-    assert manifest.task == "score" and manifest.schema_version == 1
+    assert manifest.task == "score" and manifest.schema_version == SCHEMA_VERSION == 2
+
+
+def test_the_manifest_lists_the_fields_it_sets_that_a_reader_must_know(tiny_artifacts):
+    """A one-label cross-encoder reports sigmoid(logit): a reader that skipped `activation` would serve raw logits.
+    What only records how the artifact was made (its parity, the versions that made it) is not listed."""
+    data = json.loads((tiny_artifacts["bert-cross-encoder"] / "manifest.json").read_text())
+    assert data["activation"] == "sigmoid" and "activation" in data["requires"]
+    assert "files" in data["requires"] and data["parity"] and data["versions"]
+    assert not {"parity", "versions", "source", "selection", "fused_ops", "prompts"} & set(data["requires"])
+    assert all(data[name] not in (None, False, [], {}) for name in data["requires"])
 
 
 def test_altered_file_is_refused(tiny_artifacts, tmp_path):
@@ -37,6 +47,30 @@ def test_unknown_schema_version_is_refused(tiny_artifacts, tmp_path):
     (artifact / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(ManifestError, match="schema_version 99"):
         read_manifest(artifact)
+
+
+def test_a_field_this_encoderrt_does_not_know_is_refused_by_name_where_the_artifact_needs_it(tiny_artifacts,
+                                                                                             tmp_path):
+    """An artifact compiled by a newer encoderrt with a rule this one does not know (here a made-up one) is refused,
+    naming the rule, instead of being served without it; one it only records is read."""
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    _edit(artifact, lambda data: data.update(compiled_on="a newer machine"))
+    assert read_manifest(artifact).task == "score"
+    _edit(artifact, lambda data: data.update(query_rule={"lowercase": True},
+                                             requires=[*data["requires"], "query_rule"]))
+    with pytest.raises(ManifestError, match=r"fields this encoderrt does not know \(query_rule\).*upgrade encoderrt"):
+        read_manifest(artifact)
+    _edit(artifact, lambda data: data.update(requires="query_rule"))
+    with pytest.raises(ManifestError, match="requires 'query_rule' is not a list of field names"):
+        read_manifest(artifact)
+
+
+def test_a_manifest_of_version_1_still_reads(tiny_artifacts, tmp_path):
+    """Artifacts compiled before `requires` came (version 1) load as they did: no recompiling after an upgrade."""
+    artifact = _copy(tiny_artifacts["bert-cross-encoder"], tmp_path)
+    _edit(artifact, lambda data: (data.pop("requires"), data.update(schema_version=1)))
+    manifest = read_manifest(artifact)
+    assert manifest.schema_version == 1 and manifest.activation == "sigmoid"
 
 
 def test_not_an_artifact(tmp_path):
