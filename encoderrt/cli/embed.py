@@ -21,17 +21,16 @@ ENGINE_SETTINGS = ("max_batch_tokens", "sessions", "intra_op_threads")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from encoderrt.jobs.outputs import Embeddings, SparseWeights
-
     add_job_arguments(parser, ("text_field",))
     what = parser.add_argument_group("what to compute (default: dense embeddings)")
     kinds = what.add_mutually_exclusive_group()
     kinds.add_argument("--sparse", action="store_true", help="sparse (SPLADE, bge-m3 lexical) weights")
     kinds.add_argument("--multi-vector", action="store_true", help="token vectors (ColBERT, bge-m3)")
-    settings.add_arguments(what, Embeddings)
-    dense = {item.name for item in settings.declared(Embeddings)}  # a flag several kinds take (--prompt-name): once
-    settings.add_arguments(what, SparseWeights,
-                           only=[item.name for item in settings.declared(SparseWeights) if item.name not in dense])
+    added: set[str] = set()  # a flag several kinds take (--prompt-name): once
+    for kind in reversed(_output_kinds()):  # the default kind's flags first
+        own = [item.name for item in settings.declared(kind) if item.name not in added]
+        settings.add_arguments(what, kind, only=own)
+        added.update(own)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, value_fields: tuple[str, ...]) -> None:
@@ -68,7 +67,11 @@ def run(args: argparse.Namespace) -> int:
     kind_class = next(kind for kind, (_, chosen) in kinds.items() if chosen(args))
     if refusal := _flags_it_ignores(kind_class, kinds, args):
         return _refuse(refusal)
-    return run_job_command(args, settings.from_arguments(kind_class, args))
+    try:
+        kind = settings.from_arguments(kind_class, args)
+    except ValueError as exc:  # a value the kind cannot take (--pool-factor 0.5)
+        return _refuse(str(exc))
+    return run_job_command(args, kind)
 
 
 Kinds = dict[type, tuple[str, Callable[[argparse.Namespace], bool]]]

@@ -1,7 +1,8 @@
 """Late-interaction (ColBERT) folders as sentence-transformers' MultiVectorEncoder saves them: a Transformer, Dense
-projections of every token, a MultiVectorMask, maybe a Normalize. The graph returns every token's projected vector
-(export.TokenVectors); the rules that differ between queries and documents (lengths, query expansion, the
-skip-list) go into the manifest, where the runtime applies them (runtime/tasks/multi_vector.py), normalising too.
+projections of every token, a MultiVectorMask, maybe a Normalize, maybe a HierarchicalTokenPooling. The graph
+returns every token's projected vector (export.TokenVectors); the rules that differ between queries and documents
+(lengths, query expansion, the skip-list, token pooling) go into the manifest, where the runtime applies them
+(runtime/tasks/multi_vector.py), normalising and pooling too.
 
 PyLate's folders (config_sentence_transformers.json's model_type "ColBERT") list only the Transformer and its Dense
 modules and keep the rest at the top level of that file (query_prefix, document_prefix, query_length,
@@ -18,20 +19,45 @@ from typing import Any
 import torch
 
 from encoderrt.compile.errors import InputError
-from encoderrt.runtime.manifest import MultiVector
+from encoderrt.runtime.manifest import MultiVector, TokenPooling
+
+TOKEN_POOLING = "HierarchicalTokenPooling"
 
 
-def read_layout(where: Path, entries: list[dict[str, Any]], classes: list[str]) -> tuple[tuple[str, ...], str | None, str]:
+def read_layout(where: Path, entries: list[dict[str, Any]],
+                classes: list[str]) -> tuple[tuple[str, ...], str | None, str, str | None]:
     """modules.json's layout of a MultiVectorEncoder folder, as (Dense module paths, the Normalize's or None, the
-    MultiVectorMask's): one Transformer, any Dense modules on the token embeddings, then the mask and at most one
-    Normalize of the token embeddings in either order (the mask drops vectors; normalising scales each alone)."""
+    MultiVectorMask's, the token pooling's or None): one Transformer, any Dense modules on the token embeddings, then
+    the mask and at most one Normalize of the token embeddings in either order (the mask drops vectors; normalising
+    scales each alone), and last, where the model pools its vectors, a HierarchicalTokenPooling."""
     dense = next((i for i, kind in enumerate(classes[1:], 1) if kind != "Dense"), len(classes))
-    if classes[0] != "Transformer" or sorted(classes[dense:]) not in (["MultiVectorMask"], ["MultiVectorMask", "Normalize"]):
+    end = len(classes) - (classes[-1] == TOKEN_POOLING)
+    if classes[0] != "Transformer" or sorted(classes[dense:end]) not in (["MultiVectorMask"],
+                                                                          ["MultiVectorMask", "Normalize"]):
         raise InputError(f"the modules in {where} are {' -> '.join(classes)}; encoderrt compiles a MultiVectorEncoder as "
-                         "Transformer -> any Dense modules -> MultiVectorMask, with or without a Normalize beside it")
+                         "Transformer -> any Dense modules -> MultiVectorMask, with or without a Normalize beside it, "
+                         f"then at most one {TOKEN_POOLING}")
     paths = [str(entry.get("path", "")) for entry in entries]
     normalize = paths[classes.index("Normalize")] if "Normalize" in classes else None
-    return tuple(paths[1:dense]), normalize, paths[classes.index("MultiVectorMask")]
+    pooling = paths[-1] if end < len(classes) else None
+    return tuple(paths[1:dense]), normalize, paths[classes.index("MultiVectorMask")], pooling
+
+
+def read_token_pooling(config: dict[str, Any], path: Path) -> TokenPooling:
+    """A HierarchicalTokenPooling module's settings (its config.json, in `path`), read as sentence-transformers reads
+    them (a save without normalize_embeddings does not normalise) and refused where it would refuse them."""
+    sides = config.get("tasks") or ["document"]
+    try:
+        pooling = TokenPooling(pool_factor=float(config.get("pool_factor", 1.0)), max_tokens=config.get("max_tokens"),
+                               distance_threshold=config.get("distance_threshold"),
+                               protected_tokens=int(config.get("num_protected_tokens", 1)),
+                               normalize=bool(config.get("normalize_embeddings", False)),
+                               sides=tuple([sides] if isinstance(sides, str) else sides))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the {TOKEN_POOLING} module in {path} has settings encoderrt cannot read: {exc}") from None
+    if problem := pooling.problem():
+        raise InputError(f"the {TOKEN_POOLING} module in {path}: {problem}")
+    return pooling
 
 
 PYLATE_MODEL_TYPE = "ColBERT"
@@ -98,10 +124,10 @@ def register_prefix_tokens(tokenizer: Any, prefixes: tuple[str, ...]) -> None:
 
 
 def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], st_config: dict[str, Any],
-               weights_folder: Path, normalize: bool) -> MultiVector:
+               weights_folder: Path, normalize: bool, token_pooling: TokenPooling | None = None) -> MultiVector:
     """The per-side rules from the Transformer's sentence_bert_config.json, the mask module's config.json and the
     folder's config_sentence_transformers.json, token words resolved by the folder's tokenizer as
-    sentence-transformers resolves them."""
+    sentence-transformers resolves them; the token pooling module's, where the folder has one."""
     from transformers import AutoTokenizer
 
     try:
@@ -145,6 +171,7 @@ def read_rules(transformer_config: dict[str, Any], mask_config: dict[str, Any], 
         skip_sides=tuple([skip_sides] if isinstance(skip_sides, str) else skip_sides),
         similarity=similarity,
         normalize=normalize,
+        token_pooling=token_pooling,
     )
 
 

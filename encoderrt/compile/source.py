@@ -182,6 +182,8 @@ class _Modules:
     """A causal LM scored by two of its next-token logits (a CrossEncoder's LogitScore module)."""
     multi_vector_path: str | None = None
     """The MultiVectorMask module of a MultiVectorEncoder folder (Transformer -> Dense modules -> MultiVectorMask)."""
+    token_pooling_path: str | None = None
+    """A MultiVectorEncoder folder's HierarchicalTokenPooling module, last in it."""
     pylate: bool = False
     """A PyLate ColBERT folder (Transformer -> Dense modules; its other rules at the top level of
     config_sentence_transformers.json: compile/multi_vector.py)."""
@@ -220,14 +222,14 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
     if "MultiVectorMask" in classes:
         from encoderrt.compile.multi_vector import read_layout
 
-        dense_paths, normalize, mask = read_layout(path, entries, classes)
+        dense_paths, normalize, mask, pooling = read_layout(path, entries, classes)
         scaled = (read_optional_json(folder / normalize / "config.json").get("module_input_name")
                   if normalize is not None else None)
         if normalize is not None and scaled != "token_embeddings":
             raise InputError(f"the Normalize module in {folder / normalize} normalises {scaled or 'sentence_embedding'}; "
                              "a multi-vector model's normalises the token embeddings")
         return _Modules(entries[0].get("path", ""), dense_paths=dense_paths, normalize=normalize is not None,
-                        multi_vector_path=mask)
+                        multi_vector_path=mask, token_pooling_path=pooling)
     for kind in classes:
         if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
@@ -441,7 +443,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     elif task == "multi_vector":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a multi-vector model")
-        from encoderrt.compile.multi_vector import prefix_tokens, pylate_configs, read_rules
+        from encoderrt.compile.multi_vector import prefix_tokens, pylate_configs, read_rules, read_token_pooling
 
         assert modules is not None and modules.multi_vector
         dense_folders = tuple(folder / path for path in modules.dense_paths)
@@ -453,7 +455,11 @@ def inspect_source(options: CompileOptions) -> SourceModel:
             assert modules.multi_vector_path is not None
             transformer_config = transformer_settings
             mask_config = read_optional_json(folder / modules.multi_vector_path / "config.json")
-        multi_vector = read_rules(transformer_config, mask_config, st_config, weights_folder, modules.normalize)
+        pooling_folder = folder / modules.token_pooling_path if modules.token_pooling_path is not None else None
+        token_pooling = (read_token_pooling(read_optional_json(pooling_folder / "config.json"), pooling_folder)
+                         if pooling_folder is not None else None)
+        multi_vector = read_rules(transformer_config, mask_config, st_config, weights_folder, modules.normalize,
+                                  token_pooling)
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")

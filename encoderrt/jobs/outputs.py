@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from encoderrt.runtime.manifest import Side
+from encoderrt.runtime.manifest import Side, TokenPooling
 from encoderrt.runtime.quantization import Precision
 from encoderrt.runtime.settings import check_choices, setting
 from encoderrt.runtime.tasks import (
@@ -100,9 +100,18 @@ class TokenVectors(Output):
     name = "multi_vector"
     prompt_name: str | None = setting(None, "one of the model's prompts", metavar="NAME",
                                       shown="the document side's own")
+    pool_factor: float | None = setting(None, "keep about 1/F of each document's vectors, clustered and averaged "
+                                        "(PyLate's pool_factor; sentence-transformers' HierarchicalTokenPooling); "
+                                        "1 keeps them all", metavar="F", shown="as the model pools")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pool_factor is not None and (problem := TokenPooling(self.pool_factor).problem()):
+            raise ValueError(problem)
 
     def request(self, values):
-        return MultiVectorRequest([v[0] for v in values], "document", prompt_name=self.prompt_name)
+        return MultiVectorRequest([v[0] for v in values], "document", prompt_name=self.prompt_name,
+                                  pool_factor=self.pool_factor)
 
     def columns(self, value):
         import pyarrow as pa

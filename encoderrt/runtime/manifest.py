@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -97,6 +98,45 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
+class TokenPooling:
+    """Hierarchical pooling of a side's token vectors (sentence-transformers' HierarchicalTokenPooling, PyLate's
+    pool_factor): after the first `protected_tokens`, the vectors are clustered by Ward linkage on their cosine
+    distances and each cluster is replaced by its mean (runtime/token_pooling.py), so that an index holds a half or
+    a third of them. One of `pool_factor` (other than 1), `max_tokens` and `distance_threshold` says how far."""
+
+    pool_factor: float = 1.0
+    """Keep about 1 / pool_factor of the vectors after the protected ones; 1: none merged."""
+    max_tokens: int | None = None
+    """At most this many vectors, the protected ones counted; shorter texts are left as they are."""
+    distance_threshold: float | None = None
+    """Cut each text's Ward tree at this height: how many are kept follows the text."""
+    protected_tokens: int = 1
+    """Leading vectors never merged (the CLS)."""
+    normalize: bool = True
+    """Every vector out to unit length, merged or not."""
+    sides: tuple[str, ...] = ("document",)
+    """The sides it pools (sentence-transformers' tasks)."""
+
+    def problem(self) -> str | None:
+        """What makes these settings meaningless, as sentence-transformers refuses them, or None."""
+        if not math.isfinite(self.pool_factor) or self.pool_factor < 1:
+            return f"pool_factor must be a finite number of at least 1, got {self.pool_factor}"
+        if self.protected_tokens < 0:
+            return f"the protected tokens must be 0 or more, got {self.protected_tokens}"
+        if self.distance_threshold is not None and (not math.isfinite(self.distance_threshold)
+                                                    or self.distance_threshold < 0):
+            return f"distance_threshold must be a finite number of at least 0, got {self.distance_threshold}"
+        if sum((self.pool_factor != 1, self.max_tokens is not None, self.distance_threshold is not None)) > 1:
+            return "pool_factor, max_tokens and distance_threshold each say how far to pool: give one"
+        if self.max_tokens is not None and self.max_tokens <= self.protected_tokens:
+            return (f"max_tokens {self.max_tokens} leaves no room beside the {self.protected_tokens} protected "
+                    "tokens")
+        if not set(self.sides) <= set(SIDES):
+            return f"the sides {list(self.sides)} are not among {list(SIDES)}"
+        return None
+
+
+@dataclass(frozen=True)
 class MultiVector:
     """A late-interaction (ColBERT) model's rules per side, as sentence-transformers' MultiVectorEncoder applies them:
     queries and documents are cut at their own lengths; queries are padded with an expansion token up to a fixed
@@ -122,6 +162,9 @@ class MultiVector:
     """Each vector to unit length (a Normalize module on the token embeddings; bge-m3's)."""
     skip_first: bool = False
     """The first token (the CLS) has no vector, on either side (bge-m3 scores h[1:])."""
+    token_pooling: TokenPooling | None = None
+    """The vectors of the sides it names pooled (a HierarchicalTokenPooling module after the mask and the Normalize);
+    None: every scored token keeps its vector."""
 
     def length(self, side: str) -> int | None:
         """A side's own cut, before the model's limit."""
@@ -275,6 +318,10 @@ class Manifest:
                 rules = dict(values["multi_vector"])
                 rules["skip_ids"] = tuple(rules.get("skip_ids", ()))
                 rules["skip_sides"] = tuple(rules.get("skip_sides", ("document",)))
+                if rules.get("token_pooling") is not None:
+                    pooling = dict(rules["token_pooling"])
+                    pooling["sides"] = tuple(pooling.get("sides", ("document",)))
+                    rules["token_pooling"] = TokenPooling(**pooling)
                 values["multi_vector"] = MultiVector(**rules)
             if values.get("static_queries") is not None:
                 values["static_queries"] = StaticQueries(**values["static_queries"])
@@ -297,6 +344,9 @@ class Manifest:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
         if self.task in ("multi_vector", "hybrid") and self.multi_vector is None:
             raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
+        pooling = self.multi_vector.token_pooling if self.multi_vector else None
+        if pooling is not None and (problem := pooling.problem()):
+            raise ManifestError(f"manifest token_pooling: {problem}")
         if self.static_queries is not None and (self.task != "sparse"
                                                 or self.static_queries.default_side not in SIDES):
             raise ManifestError(f"manifest static_queries {self.static_queries} need a sparse model and a side of "

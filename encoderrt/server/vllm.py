@@ -95,6 +95,9 @@ class PoolingBody(RequestBody):
     """token_embed of a multi-vector (ColBERT) model: the query side's rules (its prompt, its expansion) or the
     document side's (the default: its prompt, punctuation dropped). An encoderrt extension; base64 is the
     [tokens, dim] array row by row, in embed_dtype."""
+    pool_factor: float | None = None
+    """token_embed of a multi-vector model's documents: about 1 / pool_factor of each one's vectors, clustered and
+    averaged (PyLate's pool_factor), in place of the model's own pooling; 1 keeps them all. An encoderrt extension."""
 
 
 class TokenizeBody(RequestBody):
@@ -152,8 +155,10 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     if task != native and not (model_task == "hybrid" and task == "token_embed"):
         hint = "per-token outputs are pooled away inside encoderrt's artifacts; " if task.startswith("token_") else ""
         raise InvalidRequest(f"task '{task}' is not available for model '{served.name}' ({hint}it pools with task '{native}')")
-    if body.side is not None and task != "token_embed":
-        raise InvalidRequest("side applies to task 'token_embed' of a multi-vector model")
+    given = [name for name in ("side", "pool_factor") if getattr(body, name) is not None]
+    if given and task != "token_embed":
+        raise InvalidRequest(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to task 'token_embed' of a "
+                             "multi-vector model")
     if body.use_activation is not None and task == "token_embed":
         raise InvalidRequest("use_activation applies to task 'embed' (normalisation) and 'classify' (the activation); "
                              "task 'token_embed' returns the model's own vectors")
@@ -166,7 +171,8 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
     elif task == "token_embed":
         if token_ids is not None or body.dimensions is not None:
             raise InvalidRequest("task 'token_embed' takes texts, without dimensions")
-        completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate))
+        completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate,
+                                                                 pool_factor=body.pool_factor))
         rows = [common.encoded(vectors, body.encoding_format, body.embed_dtype) for vectors in completion.value]
     else:
         if token_ids is not None or body.dimensions is not None:

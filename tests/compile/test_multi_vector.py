@@ -125,3 +125,107 @@ def test_a_layout_it_does_not_compile_is_refused_by_name(colbert, tmp_path):
     with pytest.raises(InputError, match=expected):
         compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()
+
+
+POOLED = {"factor": {"pool_factor": 2}, "max-tokens": {"max_tokens": 6}, "threshold": {"distance_threshold": 0.05}}
+"""sentence-transformers' HierarchicalTokenPooling settings, one way each of saying how far to pool."""
+
+
+@pytest.fixture(scope="module")
+def normalized_colbert(tiny_dir):
+    """A ColBERT folder whose token vectors are of unit length, as token pooling expects them (cosine distances)."""
+    return tm.colbert_folder(tiny_dir / "colbert-normalized", normalize=True)
+
+
+def _pooling_folder(base, folder, **settings):
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    model = MultiVectorEncoder(str(base), device="cpu")
+    model.append(HierarchicalTokenPooling(**settings))
+    model.save(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("pooling", list(POOLED))
+def test_a_model_that_pools_its_documents_matches_multi_vector_encoder(pooling, normalized_colbert, compile_artifact,
+                                                                      tmp_path):
+    """A MultiVectorEncoder saved with a HierarchicalTokenPooling after its mask and Normalize (sentence-transformers
+    6.3) encodes documents to cluster means: the engine's documents are the same vectors, in the same order, and its
+    scores and rankings MultiVectorEncoder's; queries are not pooled."""
+    from sentence_transformers import MultiVectorEncoder
+
+    folder = _pooling_folder(normalized_colbert, tmp_path / "pooled", **POOLED[pooling])
+    reference, unpooled = MultiVectorEncoder(str(folder), device="cpu"), MultiVectorEncoder(str(normalized_colbert))
+    result = compile_artifact(folder, tmp_path / "out", target="cpu")
+    assert result.manifest.multi_vector.token_pooling is not None
+    with Engine.load(result.path) as engine:
+        got, expected = engine.embed_multi_vector(DOCUMENTS), _vectors(reference, DOCUMENTS, "document")
+        assert [g.shape for g in got] == [e.shape for e in expected]
+        np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)
+        kept, every = sum(map(len, got)), sum(map(len, _vectors(unpooled, DOCUMENTS, "document")))
+        assert kept <= 0.6 * every, (kept, every)  # it pooled
+        queries = engine.embed_multi_vector(QUERIES, side="query")
+        np.testing.assert_allclose(np.concatenate(queries), np.concatenate(_vectors(reference, QUERIES, "query")),
+                                   atol=1e-4)
+        scores = reference.similarity(reference.encode_query(QUERIES), reference.encode_document(DOCUMENTS)).numpy()
+        got_scores = np.array([engine.score(query, DOCUMENTS) for query in QUERIES])
+        assert np.abs(got_scores - scores).max() <= 1e-3
+        for query, row in zip(QUERIES, scores):
+            ranked = sorted(range(len(DOCUMENTS)), key=lambda i: -row[i])
+            assert [i for i, _ in engine.rerank(query, DOCUMENTS)] == ranked
+        # a request that pools its own way replaces the model's rule; 1 keeps every vector
+        np.testing.assert_allclose(np.concatenate(engine.embed_multi_vector(DOCUMENTS, pool_factor=1)),
+                                   np.concatenate(_vectors(unpooled, DOCUMENTS, "document")), atol=1e-4)
+
+
+def test_a_request_pools_documents_as_sentence_transformers_pools_per_call(normalized_colbert, compile_artifact,
+                                                                           tmp_path):
+    """PyLate's pool_factor, sentence-transformers' per-call token pooling: a model without a pooling module pools
+    a request's documents to the same cluster means; what makes no sense is refused by name."""
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    reference = MultiVectorEncoder(str(normalized_colbert), device="cpu")
+    with Engine.load(compile_artifact(normalized_colbert, tmp_path / "out", target="cpu").path) as engine:
+        for factor in (1.5, 2, 3):
+            got = engine.embed_multi_vector(DOCUMENTS, pool_factor=factor)
+            expected = [e.numpy() for e in reference.encode_document(
+                DOCUMENTS, token_pooling=HierarchicalTokenPooling(pool_factor=factor))]
+            assert [g.shape for g in got] == [e.shape for e in expected], factor
+            np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)
+        refused = {0.5: "pool_factor must be a finite number of at least 1, got 0.5",
+                   float("nan"): "pool_factor must be a finite number", "2": "pool_factor must be a number"}
+        for factor, message in refused.items():
+            with pytest.raises(InvalidRequest, match=message):
+                engine.embed_multi_vector(DOCUMENTS, pool_factor=factor)
+        with pytest.raises(InvalidRequest, match="pool_factor applies to documents"):
+            engine.embed_multi_vector(QUERIES, side="query", pool_factor=2)
+
+
+def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert, compile_artifact, tmp_path,
+                                                             monkeypatch):
+    """Pooling before the mask, or settings sentence-transformers itself would refuse, are no model encoderrt compiles:
+    one line naming the module, nothing written. An artifact that pools does not load without scipy."""
+    import json
+    import sys
+
+    from encoderrt.compile import CompileOptions, InputError, compile_model
+
+    folder = _pooling_folder(normalized_colbert, tmp_path / "pooled", pool_factor=2)
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([*modules[:2], modules[-1], *modules[2:-1]]))
+    with pytest.raises(InputError, match="HierarchicalTokenPooling -> .*then at most one HierarchicalTokenPooling"):
+        compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
+    (folder / "modules.json").write_text(json.dumps(modules))
+    settings = folder / modules[-1]["path"] / "config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "pool_factor": 2, "max_tokens": 8}))
+    with pytest.raises(InputError, match="HierarchicalTokenPooling module in .*: pool_factor, max_tokens and "
+                                         "distance_threshold each say how far to pool: give one"):
+        compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
+    assert not (tmp_path / "out").exists()
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "max_tokens": None}))
+    artifact = compile_artifact(folder, tmp_path / "artifact", target="cpu").path
+    monkeypatch.setitem(sys.modules, "scipy.cluster", None)
+    with pytest.raises(ValueError, match=r"token pooling needs scipy.*pip install 'encoderrt\[token-pooling\]'"):
+        Engine.load(artifact)

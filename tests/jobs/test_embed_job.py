@@ -244,6 +244,8 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
         ("--multi-vector", "--normalize", "--precision", "int8", "--dimensions", "4"):
             "--dimensions, --precision and --normalize apply to dense embeddings (the default), not to token vectors",
         ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",
+        ("--pool-factor", "2"): "--pool-factor applies to token vectors (--multi-vector), not to dense embeddings",
+        ("--multi-vector", "--pool-factor", "0.5"): "pool_factor must be a finite number of at least 1, got 0.5",
     }
     refused[("--ray-actors", "2", "--ray-cpus-per-actor", "2")] = ("--ray-actors and --ray-cpus-per-actor apply to a "
                                                                    "job on Ray (--ray or --ray-address)")

@@ -82,6 +82,19 @@ def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
     raw = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS[:1], "use_activation": False}, timeout=60)
     assert raw.status_code == 400 and "task 'token_embed' returns the model's own vectors" in raw.text, raw.text
     np.testing.assert_allclose(halves.astype(np.float32), vectors, rtol=1e-3, atol=1e-3)
+    # documents pooled as PyLate's pool_factor and sentence-transformers' per-call token pooling pool them
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    halved = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS, "task": "token_embed", "pool_factor": 2},
+                        timeout=60)
+    assert halved.status_code == 200, halved.text
+    expected = reference.encode_document(DOCUMENTS, token_pooling=HierarchicalTokenPooling(pool_factor=2))
+    for row, vectors in zip(halved.json()["data"], expected, strict=True):
+        np.testing.assert_allclose(np.array(row["data"]), vectors.numpy(), atol=1e-4)
+    for body, message in (({"pool_factor": 0.5}, "pool_factor must be a finite number of at least 1, got 0.5"),
+                          ({"pool_factor": 2, "side": "query"}, "pool_factor applies to documents")):
+        refused = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS, **body}, timeout=60)
+        assert refused.status_code == 400 and message in refused.text, refused.text
 
 
 def test_teis_embed_all_returns_the_document_vectors(colbert, url):

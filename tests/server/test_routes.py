@@ -136,6 +136,7 @@ def test_vllm_pooling_embeds_and_classifies(client, engines):
     # side was ignored outside token_embed
     ({"model": "minilm", "input": "x", "side": "query"}, "side applies to task 'token_embed'"),
     ({"model": "classifier", "input": "x", "side": "query"}, "side applies to task 'token_embed'"),
+    ({"model": "minilm", "input": "x", "pool_factor": 2}, "pool_factor applies to task 'token_embed'"),
 ])
 def test_vllm_pooling_refusals(client, body, fragment):
     response = client.post("/pooling", json=body)

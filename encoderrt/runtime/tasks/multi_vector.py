@@ -5,7 +5,8 @@ score and rerank use for such a model (runtime/tasks/score.py).
 A side's rules come from the manifest (MultiVector): queries and documents have their own prompt and length;
 queries shorter than the expansion length are filled with the expansion token, which the encoder does not attend
 to (unless the model says so) but whose vectors are scored; the skip-list's tokens (punctuation) are dropped from
-documents."""
+documents; where the model pools its documents' vectors (runtime/token_pooling.py), or a request asks to, they are
+pooled last."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.manifest import MULTI_VECTORS, SIDES, MultiVector, Side
+from encoderrt.runtime.manifest import MULTI_VECTORS, SIDES, MultiVector, Side, TokenPooling
 from encoderrt.runtime.postprocess import l2_normalize
 from encoderrt.runtime.prompts import side_prompt_name
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+from encoderrt.runtime.token_pooling import for_request, pooled
 from encoderrt.runtime.tokenizer import Tokens
 
 
@@ -35,6 +37,9 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
     """One of the model's prompts; None: the side's own ("query", or "document" / "passage" / "corpus")."""
     prompt: str | None = None
     """A prompt given verbatim, over prompt_name ("" for none)."""
+    pool_factor: float | None = None
+    """Documents' vectors pooled to about 1 / pool_factor of them (sentence-transformers' HierarchicalTokenPooling,
+    PyLate's pool_factor), in place of the model's own pooling; 1: none merged; None: as the model pools."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [self.texts] if isinstance(self.texts, str) else self.texts
@@ -43,8 +48,10 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         model.require("embed_multi_vector", "multi_vector", "hybrid")
         rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
         model.limit_token_vectors(rows, "token vectors")
-        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side)
-                                           for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,))
+        pooling = for_request(rules_of(model).token_pooling, self.pool_factor, self.side)
+        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side, pooling)
+                                           for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,),
+                    blocking_finish=pooling is not None)
 
 
 def rules_of(model: ModelContext) -> MultiVector:
@@ -80,16 +87,18 @@ def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
                         attended=-1 if rules.expansion_attend else len(row.ids))
 
 
-def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str) -> np.ndarray:
+def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str,
+           pooling: TokenPooling | None = None) -> np.ndarray:
     """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
-    length where the model normalises."""
+    length where the model normalises; then pooled where `pooling` says."""
     rules = rules_of(model)
     vectors, ids = vectors.astype(np.float32, copy=False), row.ids
     if rules.skip_first:
         vectors, ids = vectors[1:], ids[1:]
     if side in rules.skip_sides and rules.skip_ids:
         vectors = vectors[~np.isin(np.asarray(ids), rules.skip_ids)]
-    return l2_normalize(vectors) if rules.normalize else vectors
+    vectors = l2_normalize(vectors) if rules.normalize else vectors
+    return pooled(vectors, pooling) if pooling is not None else vectors
 
 
 def pair_maxsim(vectors: Sequence[np.ndarray], left: Sequence[int], right: Sequence[int], mean: bool) -> np.ndarray:

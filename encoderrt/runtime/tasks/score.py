@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
-from encoderrt.runtime.manifest import MULTI_VECTORS
+from encoderrt.runtime.manifest import MULTI_VECTORS, SIDES
 from encoderrt.runtime.postprocess import ACTIVATIONS, SIMILARITIES, shape_embeddings
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
 from encoderrt.runtime.tasks.multi_vector import pair_maxsim, rules_of, scored, side_rows
+from encoderrt.runtime.token_pooling import for_request
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 
@@ -108,13 +109,15 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     document_index = {t: len(queries) + i for i, t in enumerate(documents)}  # documents' rows follow the queries'
     left, right = [query_index[t] for t in firsts], [document_index[t] for t in seconds]
     mean = rules_of(model).similarity == "meanmaxsim"
+    pooling = {side: for_request(rules_of(model).token_pooling, None, side) for side in SIDES}  # encode_*'s own
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
-        vectors = [scored(model, row, output[MULTI_VECTORS], "query" if i < len(queries) else "document")
-                   for i, (row, output) in enumerate(zip(rows, outputs))]
+        sides = ["query" if i < len(queries) else "document" for i in range(len(rows))]
+        vectors = [scored(model, row, output[MULTI_VECTORS], side, pooling[side])
+                   for side, row, output in zip(sides, rows, outputs)]
         return pair_maxsim(vectors, left, right, mean).tolist()
 
-    return Plan(rows, scores, outputs=(MULTI_VECTORS,))
+    return Plan(rows, scores, outputs=(MULTI_VECTORS,), blocking_finish=any(pooling.values()))
 
 
 def pair_texts(text_1: TextOrTexts, text_2: TextOrTexts) -> tuple[list[str], list[str]]:
