@@ -306,7 +306,7 @@ class Manifest:
             raise ManifestError(f"manifest is missing fields: {', '.join(missing)}")
         values = {k: v for k, v in data.items() if k in known}
         try:
-            values["shape"] = ModelShape(**values["shape"])
+            values["shape"] = _nested(ModelShape, values["shape"], "shape")
             values["inputs"] = tuple(values["inputs"])
             values["outputs"] = tuple(values["outputs"])
             values["labels"] = tuple(values.get("labels", ()))
@@ -321,14 +321,14 @@ class Manifest:
                 if rules.get("token_pooling") is not None:
                     pooling = dict(rules["token_pooling"])
                     pooling["sides"] = tuple(pooling.get("sides", ("document",)))
-                    rules["token_pooling"] = TokenPooling(**pooling)
-                values["multi_vector"] = MultiVector(**rules)
+                    rules["token_pooling"] = _nested(TokenPooling, pooling, "multi_vector.token_pooling")
+                values["multi_vector"] = _nested(MultiVector, rules, "multi_vector")
             if values.get("static_queries") is not None:
-                values["static_queries"] = StaticQueries(**values["static_queries"])
+                values["static_queries"] = _nested(StaticQueries, values["static_queries"], "static_queries")
             if values.get("hybrid") is not None:
                 rules = dict(values["hybrid"])
                 rules["lexical_skip_ids"] = tuple(rules.get("lexical_skip_ids", ()))
-                values["hybrid"] = Hybrid(**rules)
+                values["hybrid"] = _nested(Hybrid, rules, "hybrid")
             manifest = cls(**values)
         except (TypeError, KeyError) as exc:
             raise ManifestError(f"manifest is malformed: {exc}") from None
@@ -366,6 +366,20 @@ class Manifest:
             raise ManifestError(f"manifest layout {self.layout!r} is not one of {LAYOUTS}")
         if self.max_length < 2:
             raise ManifestError(f"manifest max_length {self.max_length} is too small")
+
+
+def _nested(kind: type, values: Any, where: str) -> Any:
+    """A rule set inside the manifest, built from its JSON object. A key this encoderrt does not know is a newer
+    encoderrt's rule, refused by name: the field around it is one the artifact requires, and served without the
+    rule it would give other numbers."""
+    if not isinstance(values, dict):
+        raise ManifestError(f"manifest {where} is not an object")
+    unknown = sorted(set(values) - {spec.name for spec in fields(kind)})
+    if unknown:
+        raise ManifestError(f"manifest {where} holds {', '.join(unknown)}, which this encoderrt does not know: the "
+                            "artifact was compiled by a newer encoderrt; upgrade encoderrt, or recompile the model "
+                            "with this one")
+    return kind(**values)
 
 
 def _set(manifest: Manifest, spec: Any) -> bool:

@@ -60,6 +60,10 @@ def test_a_field_this_encoderrt_does_not_know_is_refused_by_name_where_the_artif
                                              requires=[*data["requires"], "query_rule"]))
     with pytest.raises(ManifestError, match=r"fields this encoderrt does not know \(query_rule\).*upgrade encoderrt"):
         read_manifest(artifact)
+    _edit(artifact, lambda data: (data.update(requires=[name for name in data["requires"] if name != "query_rule"]),
+                                  data["shape"].update(attention_window=16)))  # a rule inside a field it requires
+    with pytest.raises(ManifestError, match="manifest shape holds attention_window, which this encoderrt does not"):
+        read_manifest(artifact)
     _edit(artifact, lambda data: data.update(requires="query_rule"))
     with pytest.raises(ManifestError, match="requires 'query_rule' is not a list of field names"):
         read_manifest(artifact)
