@@ -510,6 +510,28 @@ def sparse_encoder_folder(folder: Path, pooling_strategy: str = "max", seed: int
     return folder
 
 
+def csr_folder(folder: Path, seed: int = 9, hidden_dim: int = 96, k: int = 12, dense: tuple[tuple[int, str], ...] = (),
+               normalize: bool = True, layer_norm: bool = False, **settings) -> Path:
+    """A CSR SparseEncoder folder saved by sentence-transformers itself: a tiny BERT's mean-pooled embedding (through
+    `dense`, then normalised unless told otherwise) into a SparseAutoEncoder of `hidden_dim` latents keeping `k`,
+    its weights and biases random (`layer_norm`: it standardises its input first); `settings` are SparseEncoder's."""
+    import torch
+    from sentence_transformers import SentenceTransformer, SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SparseAutoEncoder
+
+    embedding = sentence_transformers_folder(folder.with_name(folder.name + "-dense"), "mean", normalize=normalize,
+                                             dense=dense)
+    model = SentenceTransformer(str(embedding), device="cpu")
+    modules, width = list(model), model.get_embedding_dimension()
+    torch.manual_seed(seed)
+    autoencoder = SparseAutoEncoder(input_dim=width, hidden_dim=hidden_dim, k=k, normalize=layer_norm)
+    with torch.no_grad():  # biases off zero, so that they are tested; about half the latents above zero
+        autoencoder.pre_bias.normal_(0, 0.05)
+        autoencoder.latent_bias.normal_(0, 0.05)
+    SparseEncoder(modules=[*modules, autoencoder], device="cpu", **settings).save(str(folder))
+    return folder
+
+
 def _bert_mlm(folder: Path, seed: int) -> Path:
     """A tiny BERT with its MLM head, the vocabulary a SPLADE model weighs, after seeding torch with `seed`."""
     import torch

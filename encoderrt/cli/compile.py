@@ -9,7 +9,7 @@ from encoderrt.cli import common
 from encoderrt.compile.cache import bundled_model, source_name
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import TENSORRT_BATCH_TOKENS, CompileOptions
-from encoderrt.runtime.manifest import POOLINGS, Manifest
+from encoderrt.runtime.manifest import POOLINGS, SPARSE_POOLINGS, Manifest
 
 HELP = "compile a model folder into an artifact"
 
@@ -107,7 +107,8 @@ def _what_it_returns(manifest: Manifest) -> str:
     dim = manifest.shape.output_dim
     return {
         "embed": f"{manifest.pooling} pooling, normalize={manifest.normalize}, dim {dim}",
-        "sparse": f"{manifest.pooling}, vocabulary {dim}",
+        "sparse": (f"{manifest.pooling}, vocabulary {dim}" if manifest.pooling in SPARSE_POOLINGS  # SPLADE's
+                   else f"{manifest.pooling} pooling into {dim} latents, {manifest.max_active_dims} kept"),  # CSR's
         "multi_vector": f"a {dim}-wide vector per token",
         "hybrid": f"{manifest.pooling} pooling, dense dim {dim}, lexical weights and a vector per token",
     }.get(manifest.task, f"activation {manifest.activation}, labels {list(manifest.labels)}")

@@ -32,7 +32,7 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
 
     encoder = bare_encoder_class(source)
     bare = {"embed": encoder, "multi_vector": encoder, "hybrid": encoder, "sparse": AutoModelForMaskedLM}
-    loader = (bare.get(source.task, AutoModelForSequenceClassification)
+    loader = (bare.get(source.head_task, AutoModelForSequenceClassification)
               if source.answer_tokens is None else AutoModelForCausalLM)
     nested = _multimodal(source)  # a multimodal model's other towers load as eager, which every one of them supports
     implementation = {nested: attention, "": "eager"} if nested else attention
@@ -54,6 +54,11 @@ def load_torch_model(source: SourceModel, attention: str = "eager") -> torch.nn.
 
             module = with_task_adapters(module, model, source.adapters)
         return module.eval()
+    if source.autoencoder is not None:
+        from encoderrt.compile.sparse_autoencoder import AutoEncoderHead
+
+        dense = [_dense(path) for path in source.dense_folders]
+        return PooledEncoder(model, source.pooling, [*dense, AutoEncoderHead(source.autoencoder)]).eval()
     if source.task == "sparse":
         return SpladeEncoder(model, source.pooling).eval()
     if source.task == "multi_vector":
@@ -76,7 +81,7 @@ def per_token_matmul_weights(source: SourceModel) -> int:
     config = AutoConfig.from_pretrained(source.weights_folder, local_files_only=True)
     with torch.device("meta"):
         encoder = bare_encoder_class(source)  # an Auto class builds from_config, a model class from its constructor
-        model = _text_path(source, AutoModelForMaskedLM.from_config(config) if source.task == "sparse"
+        model = _text_path(source, AutoModelForMaskedLM.from_config(config) if source.mlm_head
                            else getattr(encoder, "from_config", encoder)(config))
     return sum(module.weight.numel() for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and "pooler" not in name.split("."))

@@ -113,7 +113,7 @@ def export_openvino(source: SourceModel, path: Path) -> dict[str, int]:
     if source.architecture.rms_norm:  # the CPU plugin fuses RMSNorm as it compiles; the IR holds its pieces
         runtime = ov.Core().compile_model(model, "CPU").get_runtime_model()
         counts["RMS"] = sum(op.get_rt_info()["layerType"].astype(str) == "RMS" for op in runtime.get_ops())
-    check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.config))
+    check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.head_task, source.config))
     ov.save_model(model, str(path.with_name(PADDED_FILE)), compress_to_fp16=False)
     if unpadded := unpad_openvino(model, scored_unattended(source)):
         counts[UNPADDED] = unpadded

@@ -46,7 +46,7 @@ def fuse(source: SourceModel, exported: Path, optimized: Path) -> dict[str, int]
         counts = _optimize_in_child(exported, optimized, family)
     else:
         counts = optimize(graph, optimized, *family)
-    check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.task, source.config))
+    check_fusion(counts, source.num_layers, source.architecture.expected_gelus(source.head_task, source.config))
     fused = onnx.load(str(optimized), load_external_data=False)  # the weights stay where they are, beside it
     if unpadded := unpad_onnx(fused, scored_unattended(source)):
         onnx.save_model(fused, str(optimized))

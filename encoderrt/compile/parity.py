@@ -179,8 +179,10 @@ def _sparse_rows(model, source: SourceModel, texts: list[str], **prompt: str) ->
     """SparseEncoder's dense rows for `texts`: an inference-free model's document side, its graph, whichever side it
     takes by default."""
     encode = model.encode_document if source.static_queries else model.encode
+    # a CSR model's every positive latent, as the graph returns them (the runtime keeps the heaviest k)
+    every = {"max_active_dims": source.output_dim} if source.autoencoder is not None else {}
     vectors = encode(texts, batch_size=reference_batch(source.max_length), convert_to_tensor=True,
-                     show_progress_bar=False, **prompt)
+                     show_progress_bar=False, **prompt, **every)
     return vectors.to_dense().numpy().astype(np.float32)
 
 

@@ -163,6 +163,9 @@ def _check_tensorrt(options: CompileOptions, source: SourceModel) -> None:
     if source.task in ("multi_vector", "hybrid"):
         raise InputError(f"the tensorrt target does not compile {source.task.replace('_', '-')} models yet (its engine "
                          "returns one output); use --target cpu or openvino, or --task embed for the dense output alone")
+    if source.autoencoder is not None:
+        raise InputError("the tensorrt target does not compile CSR sparse models (a SparseAutoEncoder) yet; use "
+                         "--target cpu or openvino")
     if not source.include_prompt:
         raise InputError("the tensorrt target does not compile pooling that leaves the prompt out (include_prompt: "
                          "false) yet; use --target cpu or openvino")

@@ -8,9 +8,9 @@ the score activation by sentence-transformers' rule, the length from its configs
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from encoderrt.compile.adapters import TaskAdapter, find_adapters
 from encoderrt.compile.errors import InputError
@@ -32,6 +32,9 @@ from encoderrt.runtime.manifest import (
     Task,
 )
 from encoderrt.runtime.tokenizer import ADAPTER, POOLING_START, TOKENIZER_FILE
+
+if TYPE_CHECKING:
+    from encoderrt.compile.sparse_autoencoder import AutoEncoder
 
 SourceKind = Literal["sentence-transformers", "cross-encoder", "sparse-encoder", "multi-vector-encoder", "transformers"]
 
@@ -109,8 +112,21 @@ class SourceModel:
     prefix_tokens: tuple[str, ...] = ()
     """Prompt prefixes the model was trained with as single tokens (PyLate's "[Q] ", "[D] "): registered as special
     tokens in the artifact's tokenizer, so that the prefix written in front of a text tokenises the same way."""
+    autoencoder: AutoEncoder | None = None
+    """A CSR sparse model's SparseAutoEncoder, the end of its graph after an embedding model's pooling and Dense
+    modules (compile/sparse_autoencoder.py); None for a SPLADE one, whose graph ends in its MLM head."""
     notes: tuple[str, ...] = field(default=())
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
+
+    @property
+    def mlm_head(self) -> bool:
+        """Whether the graph ends in the family's masked-LM head (a SPLADE model's)."""
+        return self.task == "sparse" and self.autoencoder is None
+
+    @property
+    def head_task(self) -> str:
+        """The task whose head the graph's fusion count expects: a CSR model's ends as an embedding model's does."""
+        return "embed" if self.autoencoder is not None else self.task
 
     @property
     def output_name(self) -> str:
@@ -189,12 +205,18 @@ class _Modules:
     config_sentence_transformers.json: compile/multi_vector.py)."""
     static_query_path: str | None = None
     """An inference-free sparse Router's SparseStaticEmbedding, its query side (compile/static_queries.py)."""
+    autoencoder_path: str | None = None
+    """A CSR SparseEncoder's SparseAutoEncoder, after an embedding model's modules (compile/sparse_autoencoder.py)."""
     default_side: str = "document"
     """The side a Router folder's model takes when a request names none (its default route)."""
 
     @property
     def multi_vector(self) -> bool:
         return self.multi_vector_path is not None or self.pylate
+
+    @property
+    def sparse_encoder(self) -> bool:
+        return self.sparse or self.autoencoder_path is not None
 
 
 def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
@@ -230,6 +252,20 @@ def _read_modules(folder: Path, st_config: dict[str, Any]) -> _Modules | None:
                              "a multi-vector model's normalises the token embeddings")
         return _Modules(entries[0].get("path", ""), dense_paths=dense_paths, normalize=normalize is not None,
                         multi_vector_path=mask, token_pooling_path=pooling)
+    from encoderrt.compile.sparse_autoencoder import AUTOENCODER
+
+    if classes[-1:] == [AUTOENCODER]:  # CSR: an embedding model's modules, then the autoencoder
+        embedding = _embedding_layout(path, entries[:-1], classes[:-1])
+        if embedding.sparse:
+            raise InputError(f"the modules in {path} are {' -> '.join(classes)}; encoderrt compiles a CSR "
+                             f"SparseEncoder as an embedding model's modules (Transformer -> Pooling -> ...) -> "
+                             f"{AUTOENCODER}")
+        return replace(embedding, autoencoder_path=str(entries[-1].get("path", "")))
+    return _embedding_layout(path, entries, classes)
+
+
+def _embedding_layout(path: Path, entries: list[dict[str, Any]], classes: list[str]) -> _Modules:
+    """An embedding model's modules (a SentenceTransformer's, or a SPLADE SparseEncoder's) in modules.json at `path`."""
     for kind in classes:
         if kind not in _ROLES:
             raise InputError(f"sentence-transformers module '{kind}' in {path} is not supported; "
@@ -354,7 +390,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     modules = _read_modules(folder, st_config)
     if modules is None:
         kind: SourceKind = "transformers"
-    elif modules.sparse:
+    elif modules.sparse_encoder:
         kind = "sparse-encoder"
     elif modules.multi_vector:
         kind = "multi-vector-encoder"
@@ -414,7 +450,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     folder_pooling: Pooling | None = None
     normalize = False
     dense_folders: tuple[Path, ...] = ()
-    multi_vector = hybrid = None
+    multi_vector = hybrid = autoencoder = None
     prefixes: tuple[str, ...] = ()
     if task in ("embed", "hybrid"):
         if modules and modules.pooling_path:
@@ -463,8 +499,20 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     elif task == "sparse":
         if options.pooling != "auto" or options.normalize is not None:
             raise InputError("--pooling and --normalize apply to dense embedding models; this is a sparse model")
-        pooling_path = folder / (modules.pooling_path or "")
-        pooling = splade_pooling(pooling_path, read_optional_json(pooling_path / "config.json"))
+        if modules is not None and modules.autoencoder_path is not None:
+            from encoderrt.compile.sparse_autoencoder import AUTOENCODER, read_autoencoder
+
+            if modules.pooling_path is None:
+                raise InputError(f"the CSR SparseEncoder in {folder} has no Pooling module before its {AUTOENCODER}, "
+                                 "which reads the pooled embedding")
+            where = folder / modules.autoencoder_path
+            autoencoder = replace(read_autoencoder(where, read_optional_json(where / "config.json")),
+                                  normalize_input=modules.normalize)
+            pooling = folder_pooling = _pooling_from_config(folder / modules.pooling_path)
+            dense_folders = tuple(folder / path for path in modules.dense_paths)
+        else:
+            pooling_path = folder / (modules.pooling_path or "")
+            pooling = splade_pooling(pooling_path, read_optional_json(pooling_path / "config.json"))
     else:
         if options.pooling != "auto":
             raise InputError(f"--pooling applies to embedding models; this is a {task} model")
@@ -476,6 +524,8 @@ def inspect_source(options: CompileOptions) -> SourceModel:
                   if task in ("embed", "sparse") else "cosine")
     truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
     max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
+    if max_active_dims is None and autoencoder is not None:
+        max_active_dims = autoencoder.k  # as SparseEncoder takes the autoencoder's k where the folder sets none
     if max_active_dims is not None and (isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int)
                                         or max_active_dims < 1):
         raise InputError(f"config_sentence_transformers.json's max_active_dims {max_active_dims!r} is not a positive "
@@ -517,6 +567,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         output_dim=((_dense_output(dense_folders[-1]) if dense_folders
                      else int(config[architecture.state_width]))
                     if task in ("embed", "multi_vector", "hybrid")
+                    else autoencoder.width if autoencoder is not None
                     else int(config["vocab_size"]) if task == "sparse" else num_labels),
         adapters=find_adapters(weights_folder) if task == "embed" else (),
         answer_tokens=answer_tokens,
@@ -528,6 +579,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
         prefix_tokens=prefixes,
         lowercase=bool(transformer_settings.get("do_lower_case")),
         static_queries=_query_side(folder, modules, weights_folder, config),
+        autoencoder=autoencoder,
         notes=tuple(notes),
     )
     check_truncate_dim(truncate_dim, source.output_dim)

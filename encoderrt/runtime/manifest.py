@@ -340,8 +340,8 @@ class Manifest:
             raise ManifestError(f"manifest task {self.task!r} is not one of {TASKS}")
         if self.task in ("embed", "hybrid") and self.pooling not in POOLINGS:
             raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {POOLINGS}")
-        if self.task == "sparse" and self.pooling not in SPARSE_POOLINGS:
-            raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS}")
+        if self.task == "sparse" and self.pooling not in SPARSE_POOLINGS + POOLINGS:  # SPLADE's, or CSR's embedding's
+            raise ManifestError(f"manifest pooling {self.pooling!r} is not one of {SPARSE_POOLINGS + POOLINGS}")
         if self.task in ("multi_vector", "hybrid") and self.multi_vector is None:
             raise ManifestError(f"a {self.task} manifest needs its multi_vector rules")
         pooling = self.multi_vector.token_pooling if self.multi_vector else None
