@@ -69,7 +69,7 @@ class SourceModel:
     activation: Activation
     labels: tuple[str, ...]
     truncate_dim: int | None = None
-    """An embedding model's default width, the folder's truncate_dim (Manifest.truncate_dim)."""
+    """An embedding (or multi-vector) model's default width, the folder's truncate_dim (Manifest.truncate_dim)."""
     similarity: Similarity = "cosine"
     """An embedding model's score of two texts: the folder's similarity_fn_name (runtime/postprocess.py)."""
     max_active_dims: int | None = None
@@ -522,7 +522,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     # sentence-transformers' defaults: SparseEncoder's dot, SentenceTransformer's cosine
     similarity = (read_similarity(st_config, notes, "dot" if task == "sparse" else "cosine")
                   if task in ("embed", "sparse") else "cosine")
-    truncate_dim = st_config.get("truncate_dim") if task == "embed" else None
+    truncate_dim = st_config.get("truncate_dim") if task in ("embed", "multi_vector") else None
     max_active_dims = st_config.get("max_active_dims") if task == "sparse" else None
     if max_active_dims is None and autoencoder is not None:
         max_active_dims = autoencoder.k  # as SparseEncoder takes the autoencoder's k where the folder sets none

@@ -109,9 +109,12 @@ class TokenVectors(Output):
         if self.pool_factor is not None and (problem := TokenPooling(self.pool_factor).problem()):
             raise ValueError(problem)
 
+    dimensions: int | None = setting(None, "keep the first N dimensions (Matryoshka), renormalised", metavar="N",
+                                     shown="the model's")
+
     def request(self, values):
         return MultiVectorRequest([v[0] for v in values], "document", prompt_name=self.prompt_name,
-                                  pool_factor=self.pool_factor)
+                                  pool_factor=self.pool_factor, dimensions=self.dimensions)
 
     def columns(self, value):
         import pyarrow as pa

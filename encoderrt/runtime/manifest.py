@@ -228,7 +228,8 @@ class Manifest:
     normalize: bool = False
     truncate_dim: int | None = None
     """An embedding model's default width (the folder's truncate_dim): its embeddings are cut to it, as
-    sentence-transformers' encode cuts them, unless a request asks for other dimensions."""
+    sentence-transformers' encode cuts them, unless a request asks for other dimensions; a multi-vector model's the
+    same for each of its vectors (renormalised, as MultiVectorEncoder cuts them)."""
     max_active_dims: int | None = None
     """A sparse model's default number of weights kept a text, the heaviest (the folder's max_active_dims, as
     SparseEncoder.encode keeps them), unless a request asks for its own top_k."""

@@ -169,10 +169,11 @@ async def pooling(body: PoolingBody, request: Request) -> Response:
                                                            token_ids=token_ids))
         rows = [common.encoded(vector, body.encoding_format, body.embed_dtype) for vector in completion.value]
     elif task == "token_embed":
-        if token_ids is not None or body.dimensions is not None:
-            raise InvalidRequest("task 'token_embed' takes texts, without dimensions")
+        if token_ids is not None:
+            raise InvalidRequest("task 'token_embed' takes texts")
         completion = await served.engine.arun(MultiVectorRequest(texts, body.side or "document", truncate,
-                                                                 pool_factor=body.pool_factor))
+                                                                 pool_factor=body.pool_factor,
+                                                                 dimensions=body.dimensions))
         rows = [common.encoded(vectors, body.encoding_format, body.embed_dtype) for vectors in completion.value]
     else:
         if token_ids is not None or body.dimensions is not None:

@@ -203,6 +203,34 @@ def test_a_request_pools_documents_as_sentence_transformers_pools_per_call(norma
             engine.embed_multi_vector(QUERIES, side="query", pool_factor=2)
 
 
+def test_matryoshka_widths_as_multi_vector_encoder_cuts_them(normalized_colbert, compile_artifact, tmp_path):
+    """A folder saved with a truncate_dim (MultiVectorEncoder's) serves every vector cut to it and renormalised, on
+    both sides and in its scores; a request's dimensions cut as encode's truncate_dim does, after pooling."""
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    MultiVectorEncoder(str(normalized_colbert), device="cpu", truncate_dim=16).save(str(tmp_path / "cut"))
+    reference = MultiVectorEncoder(str(tmp_path / "cut"), device="cpu")
+    assert reference.truncate_dim == 16
+    result = compile_artifact(tmp_path / "cut", tmp_path / "out", target="cpu")
+    assert result.manifest.truncate_dim == 16
+    with Engine.load(result.path) as engine:
+        for side, texts in (("query", QUERIES), ("document", DOCUMENTS)):
+            got, expected = engine.embed_multi_vector(texts, side=side), _vectors(reference, texts, side)
+            assert {g.shape[1] for g in got} == {16}
+            np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)
+        scores = reference.similarity(reference.encode_query(QUERIES), reference.encode_document(DOCUMENTS)).numpy()
+        assert np.abs(np.array([engine.score(query, DOCUMENTS) for query in QUERIES]) - scores).max() <= 1e-3
+        got = engine.embed_multi_vector(DOCUMENTS, dimensions=8, pool_factor=2)
+        expected = reference.encode_document(DOCUMENTS, truncate_dim=8,
+                                             token_pooling=HierarchicalTokenPooling(pool_factor=2))
+        assert [g.shape for g in got] == [tuple(e.shape) for e in expected]
+        np.testing.assert_allclose(np.concatenate(got), np.concatenate([e.numpy() for e in expected]), atol=1e-4)
+        for wrong in (0, 25, 2.5):
+            with pytest.raises(InvalidRequest, match="dimensions must be an integer from 1 to 24"):
+                engine.embed_multi_vector(DOCUMENTS, dimensions=wrong)
+
+
 def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert, compile_artifact, tmp_path,
                                                              monkeypatch):
     """Pooling before the mask, or settings sentence-transformers itself would refuse, are no model encoderrt compiles:

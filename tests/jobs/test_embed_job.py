@@ -235,14 +235,14 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
     assert "error: input not found" in capsys.readouterr().err
     # a flag of another output kind would be ignored: refused, naming the kinds that take it
     refused = {
-        ("--sparse", "--dimensions", "8"): "--dimensions applies to dense embeddings (the default), not to sparse "
-                                           "weights (--sparse)",
+        ("--sparse", "--dimensions", "8"): "--dimensions applies to token vectors (--multi-vector) and dense "
+                                           "embeddings (the default), not to sparse weights (--sparse)",
         ("--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to dense embeddings",
         ("--multi-vector", "--top-k", "3"): "--top-k applies to sparse weights (--sparse), not to token vectors",
-        ("--sparse", "--dimensions", "4"): "--dimensions applies to dense embeddings (the default), not to sparse "
-                                           "weights",
+        ("--sparse", "--dimensions", "4"): "--dimensions applies to token vectors (--multi-vector) and dense "
+                                           "embeddings (the default), not to sparse weights",
         ("--multi-vector", "--normalize", "--precision", "int8", "--dimensions", "4"):
-            "--dimensions, --precision and --normalize apply to dense embeddings (the default), not to token vectors",
+            "--precision and --normalize apply to dense embeddings (the default), not to token vectors",
         ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",
         ("--pool-factor", "2"): "--pool-factor applies to token vectors (--multi-vector), not to dense embeddings",
         ("--multi-vector", "--pool-factor", "0.5"): "pool_factor must be a finite number of at least 1, got 0.5",

@@ -154,10 +154,10 @@ def test_sparse_and_token_vector_rows_match_sentence_transformers(tiny_dir, comp
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
 
     assert main(["embed", str(corpus), "-o", str(tmp_path / "pooled"), "--model", str(artifact), "--multi-vector",
-                 "--pool-factor", "2", "--shard-rows", "64"]) == 0
+                 "--pool-factor", "2", "--dimensions", "16", "--shard-rows", "64"]) == 0
     got = [np.array(v, np.float32) for v in table(tmp_path / "pooled").column("vectors").to_pylist()]
     expected = [e.numpy() for e in MultiVectorEncoder(str(colbert), device="cpu").encode_document(
-        texts, token_pooling=HierarchicalTokenPooling(pool_factor=2))]
+        texts, token_pooling=HierarchicalTokenPooling(pool_factor=2), truncate_dim=16)]
     assert [g.shape for g in got] == [e.shape for e in expected] and len(np.concatenate(got)) < len(np.concatenate(
         [e.numpy() for e in reference])) * 0.6
     np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)

@@ -91,6 +91,10 @@ def test_token_vectors_through_vllm_pooling_on_each_side(colbert, url):
     expected = reference.encode_document(DOCUMENTS, token_pooling=HierarchicalTokenPooling(pool_factor=2))
     for row, vectors in zip(halved.json()["data"], expected, strict=True):
         np.testing.assert_allclose(np.array(row["data"]), vectors.numpy(), atol=1e-4)
+    cut = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS, "task": "token_embed", "dimensions": 8}, timeout=60)
+    assert cut.status_code == 200, cut.text
+    for row, vectors in zip(cut.json()["data"], reference.encode_document(DOCUMENTS, truncate_dim=8), strict=True):
+        np.testing.assert_allclose(np.array(row["data"]), vectors.numpy(), atol=1e-4)
     for body, message in (({"pool_factor": 0.5}, "pool_factor must be a finite number of at least 1, got 0.5"),
                           ({"pool_factor": 2, "side": "query"}, "pool_factor applies to documents")):
         refused = httpx.post(f"{url}/pooling", json={"input": DOCUMENTS, **body}, timeout=60)

@@ -21,6 +21,7 @@ from encoderrt.runtime.postprocess import l2_normalize
 from encoderrt.runtime.prompts import side_prompt_name
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request
+from encoderrt.runtime.tasks.embed import check_dimensions
 from encoderrt.runtime.token_pooling import for_request, pooled
 from encoderrt.runtime.tokenizer import Tokens
 
@@ -40,6 +41,9 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
     pool_factor: float | None = None
     """Documents' vectors pooled to about 1 / pool_factor of them (sentence-transformers' HierarchicalTokenPooling,
     PyLate's pool_factor), in place of the model's own pooling; 1: none merged; None: as the model pools."""
+    dimensions: int | None = None
+    """Each vector's first N dimensions, renormalised (a Matryoshka ColBERT's smaller width, MultiVectorEncoder's
+    truncate_dim); None: the model's own (its folder's truncate_dim, else every dimension)."""
 
     def texts_for_sizing(self) -> Sequence[object]:
         return [self.texts] if isinstance(self.texts, str) else self.texts
@@ -49,7 +53,12 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
         model.limit_token_vectors(rows, "token vectors")
         pooling = for_request(rules_of(model).token_pooling, self.pool_factor, self.side)
-        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side, pooling)
+        if self.dimensions is not None and model.manifest.task == "hybrid":
+            raise InvalidRequest("dimensions apply to a multi-vector model's vectors; a hybrid model's colbert vectors "
+                                 "are served whole")
+        check_dimensions(self.dimensions, model.manifest.shape.output_dim)
+        width = self.dimensions if self.dimensions is not None else model.manifest.truncate_dim
+        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side, pooling, width)
                                            for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,),
                     blocking_finish=pooling is not None)
 
@@ -87,10 +96,11 @@ def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
                         attended=-1 if rules.expansion_attend else len(row.ids))
 
 
-def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str,
-           pooling: TokenPooling | None = None) -> np.ndarray:
+def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str, pooling: TokenPooling | None = None,
+           width: int | None = None) -> np.ndarray:
     """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
-    length where the model normalises; then pooled where `pooling` says."""
+    length where the model normalises; then pooled where `pooling` says; then cut to `width` dimensions and
+    renormalised, as MultiVectorEncoder's truncate_dim cuts them."""
     rules = rules_of(model)
     vectors, ids = vectors.astype(np.float32, copy=False), row.ids
     if rules.skip_first:
@@ -98,7 +108,8 @@ def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str,
     if side in rules.skip_sides and rules.skip_ids:
         vectors = vectors[~np.isin(np.asarray(ids), rules.skip_ids)]
     vectors = l2_normalize(vectors) if rules.normalize else vectors
-    return pooled(vectors, pooling) if pooling is not None else vectors
+    vectors = pooled(vectors, pooling) if pooling is not None else vectors
+    return l2_normalize(vectors[:, :width]) if width is not None else vectors
 
 
 def pair_maxsim(vectors: Sequence[np.ndarray], left: Sequence[int], right: Sequence[int], mean: bool) -> np.ndarray:

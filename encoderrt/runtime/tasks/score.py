@@ -113,7 +113,7 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
         sides = ["query" if i < len(queries) else "document" for i in range(len(rows))]
-        vectors = [scored(model, row, output[MULTI_VECTORS], side, pooling[side])
+        vectors = [scored(model, row, output[MULTI_VECTORS], side, pooling[side], model.manifest.truncate_dim)
                    for side, row, output in zip(sides, rows, outputs)]
         return pair_maxsim(vectors, left, right, mean).tolist()
 
