@@ -299,6 +299,18 @@ def _pooling_from_config(path: Path) -> Pooling:
     return mode
 
 
+def _check_truncation_side(folder: Path) -> None:
+    """A tokenizer that cuts long texts from the left (tokenizer_config.json's truncation_side) is refused by name:
+    sentence-transformers cuts them as it says, and encoderrt by default from the right, so parity would fail on
+    every long probe with nothing said about why."""
+    side = read_optional_json(folder / "tokenizer_config.json").get("truncation_side", "right")
+    if side != "right":
+        raise InputError(f"the tokenizer in {folder} cuts long inputs from the {side} (truncation_side in "
+                         "tokenizer_config.json), which encoderrt does not take as a model's default yet; requests "
+                         "can ask for it (truncation_side / truncation_direction). Set it to \"right\" to compile "
+                         "the model as one that keeps a text's start")
+
+
 def _check_weights(folder: Path) -> None:
     present = [name for name in WEIGHT_FILES if (folder / name).is_file()]
     if not present:
@@ -416,6 +428,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
     _check_transformers_knows(str(config["model_type"]), config_path)
     config = architecture.canonical_config(config)
     _check_weights(weights_folder)
+    _check_truncation_side(weights_folder)
 
     head = [a for a in config.get("architectures") or [] if a.endswith("ForSequenceClassification")]
     causal_lm = architecture.causal and any(a.endswith("ForCausalLM") for a in config.get("architectures") or [])

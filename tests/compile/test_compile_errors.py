@@ -72,6 +72,20 @@ def test_truncated_weights(tiny_models, tmp_path, capsys):
     assert _leftovers(tmp_path) == ["model"]
 
 
+def test_a_tokenizer_that_cuts_from_the_left_is_refused_by_name(tiny_models, tmp_path, capsys):
+    """sentence-transformers cuts long texts where the tokenizer says; encoderrt would cut them from the right, and
+    parity failed on every long probe with nothing said about why."""
+    from transformers import AutoTokenizer
+
+    model = shutil.copytree(tiny_models["bert-cross-encoder"], tmp_path / "model")
+    settings = model / "tokenizer_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()), "truncation_side": "left"}))
+    assert AutoTokenizer.from_pretrained(model).truncation_side == "left"  # as sentence-transformers would load it
+    code, err = _compile_cli(capsys, model, "--output", tmp_path / "out")
+    assert code == 2 and "cuts long inputs from the left (truncation_side in tokenizer_config.json)" in err
+    assert _leftovers(tmp_path) == ["model"]
+
+
 def test_non_empty_output_needs_force(tiny_models, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
