@@ -81,7 +81,7 @@ def per_token_matmul_weights(source: SourceModel) -> int:
     config = AutoConfig.from_pretrained(source.weights_folder, local_files_only=True)
     with torch.device("meta"):
         encoder = bare_encoder_class(source)  # an Auto class builds from_config, a model class from its constructor
-        model = _text_path(source, AutoModelForMaskedLM.from_config(config) if source.mlm_head
+        model = _text_path(source, AutoModelForMaskedLM.from_config(config) if source.head_task == "sparse"
                            else getattr(encoder, "from_config", encoder)(config))
     return sum(module.weight.numel() for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and "pooler" not in name.split("."))

@@ -119,11 +119,6 @@ class SourceModel:
     """Decisions the user should hear about (defaults taken for lack of configuration)."""
 
     @property
-    def mlm_head(self) -> bool:
-        """Whether the graph ends in the family's masked-LM head (a SPLADE model's)."""
-        return self.task == "sparse" and self.autoencoder is None
-
-    @property
     def head_task(self) -> str:
         """The task whose head the graph's fusion count expects: a CSR model's ends as an embedding model's does."""
         return "embed" if self.autoencoder is not None else self.task
@@ -519,8 +514,7 @@ def inspect_source(options: CompileOptions) -> SourceModel:
                 raise InputError(f"the CSR SparseEncoder in {folder} has no Pooling module before its {AUTOENCODER}, "
                                  "which reads the pooled embedding")
             where = folder / modules.autoencoder_path
-            autoencoder = replace(read_autoencoder(where, read_optional_json(where / "config.json")),
-                                  normalize_input=modules.normalize)
+            autoencoder = read_autoencoder(where, read_optional_json(where / "config.json"), modules.normalize)
             pooling = folder_pooling = _pooling_from_config(folder / modules.pooling_path)
             dense_folders = tuple(folder / path for path in modules.dense_paths)
         else:

@@ -35,15 +35,15 @@ class AutoEncoder:
     """A Normalize module comes before it: the embedding it reads is of unit length."""
 
 
-def read_autoencoder(path: Path, config: dict[str, Any]) -> AutoEncoder:
-    """The module's settings from its config.json (`config`), checked."""
+def read_autoencoder(path: Path, config: dict[str, Any], normalize_input: bool) -> AutoEncoder:
+    """The module's settings from its config.json (`config`), checked; `normalize_input`: a Normalize precedes it."""
     width, k = config.get("hidden_dim", 512), config.get("k", 8)
     for name, value in (("hidden_dim", width), ("k", k), ("input_dim", config.get("input_dim"))):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"the {AUTOENCODER} module in {path} has {name} {value!r}, not a positive integer")
     if k > width:
         raise InputError(f"the {AUTOENCODER} module in {path} keeps k={k} of its hidden_dim={width} latents")
-    return AutoEncoder(path, width, k)
+    return AutoEncoder(path, width, k, normalize_input)
 
 
 class AutoEncoderHead(torch.nn.Module):

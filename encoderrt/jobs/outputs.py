@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from encoderrt.runtime.manifest import Side, TokenPooling
+from encoderrt.runtime.manifest import Side
 from encoderrt.runtime.quantization import Precision
 from encoderrt.runtime.settings import check_choices, setting
 from encoderrt.runtime.tasks import (
@@ -21,6 +21,7 @@ from encoderrt.runtime.tasks import (
     ScoreRequest,
     SparseEmbedRequest,
 )
+from encoderrt.runtime.token_pooling import for_request
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,13 @@ class TokenVectors(Output):
     pool_factor: float | None = setting(None, "keep about 1/F of each document's vectors, clustered and averaged "
                                         "(PyLate's pool_factor; sentence-transformers' HierarchicalTokenPooling); "
                                         "1 keeps them all", metavar="F", shown="as the model pools")
+    dimensions: int | None = setting(None, "keep the first N dimensions (Matryoshka), renormalised", metavar="N",
+                                     shown="the model's")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.pool_factor is not None and (problem := TokenPooling(self.pool_factor).problem()):
-            raise ValueError(problem)
-
-    dimensions: int | None = setting(None, "keep the first N dimensions (Matryoshka), renormalised", metavar="N",
-                                     shown="the model's")
+        if self.pool_factor is not None:  # refused before any shard, as a request would refuse it
+            for_request(None, self.pool_factor, "document")
 
     def request(self, values):
         return MultiVectorRequest([v[0] for v in values], "document", prompt_name=self.prompt_name,
