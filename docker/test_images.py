@@ -244,6 +244,46 @@ def test_cpu_compiles_a_model_folder_once_into_the_cache_volume(container, tmp_p
     print(f"\ncpu: a model folder served {starts[0]:.1f} s after start when compiled, {starts[1]:.1f} s from the cache")
 
 
+def test_cpu_serve_pools_a_colbert_models_documents_without_scipy(container, tmp_path):
+    """A ColBERT artifact that pools its documents (a HierarchicalTokenPooling module) served by the torch-free image,
+    which carries no scipy: runtime/ward.py makes scipy's clusters there, so the vectors are MultiVectorEncoder's."""
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    import tiny_models as tm
+    from encoderrt.bench import workloads
+    from encoderrt.compile import CompileOptions, compile_model
+
+    base = tm.colbert_folder(tmp_path / "colbert", normalize=True)
+    unpooled, reference = (MultiVectorEncoder(str(base), device="cpu") for _ in range(2))
+    reference.append(HierarchicalTokenPooling(pool_factor=2))
+    reference.save(str(tmp_path / "pooled"))
+    artifact = tmp_path / "artifact"
+    compile_model(CompileOptions(model_dir=tmp_path / "pooled", output_dir=artifact, target="openvino",
+                                 precision="fp32", quiet=True))
+    for path in (artifact, *artifact.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    image = container("cpu-serve")
+    assert not list(image.root.glob("opt/encoderrt/lib/python3*/site-packages/scipy"))
+    port = free_port()
+    process = image.start(["serve", "/models/colbert"], env={"ENCODERRT_PORT": str(port)},
+                          volumes={artifact: "/models/colbert"})
+    try:
+        _wait_healthy(process, f"http://127.0.0.1:{port}", timeout=120)
+        documents = workloads.passages(6, seed=8)
+        response = httpx.post(f"http://127.0.0.1:{port}/pooling", json={"input": documents, "task": "token_embed"},
+                              timeout=60)
+        assert response.status_code == 200, response.text
+        expected = reference.encode_document(documents)
+        for row, vectors, every in zip(response.json()["data"], expected, unpooled.encode_document(documents),
+                                       strict=True):
+            assert len(row["data"]) == len(vectors) <= 0.6 * len(every)  # it pooled
+            np.testing.assert_allclose(np.array(row["data"]), vectors.numpy(), atol=1e-4)
+    finally:
+        code = _stop(process)
+    assert code == 0, process.stdout.read()[-3000:]
+
+
 def test_the_ray_image_has_ray_at_the_rayservices_version_and_no_torch(container):
     """KubeRay replaces the entrypoint with `ray start`: the image needs Ray's CLI and encoderrt's Serve app."""
     import yaml

@@ -43,7 +43,6 @@ from encoderrt.runtime.tasks import (
     TokenEmbedRequest,
     plan,
 )
-from encoderrt.runtime.token_pooling import scipy_hierarchy
 from encoderrt.runtime.tokenizer import TextTokenizer
 
 P = ParamSpec("P")
@@ -123,8 +122,6 @@ class Engine:
         self.artifact_dir = artifact_dir
         self.stats = EngineStats()
         self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
-        if manifest.multi_vector and manifest.multi_vector.token_pooling:
-            scipy_hierarchy()  # a model that pools refuses to load without scipy, not at its first request
         if config.long_inputs == "chunk" and manifest.text_messages:
             raise ValueError("long_inputs 'chunk' is not available for this model: it reads each text inside its chat "
                              "template, which a chunk would not hold; leave long inputs truncated")

@@ -4,32 +4,18 @@ HierarchicalTokenPooling (and PyLate's pool_factor) pools a ColBERT model's docu
 third of the vectors for a small loss in ranking.
 
 Each text is pooled alone; sentence-transformers pools a batch at once, but every count it takes from the batch
-bounds the per-text counts it also takes, so the two agree. scipy computes the linkage, as it does for
-sentence-transformers; it is imported only where a model or a request pools.
+bounds the per-text counts it also takes, so the two agree. The clustering is scipy's, as sentence-transformers
+clusters: scipy's own code where it is installed, runtime/ward.py's equal numpy elsewhere.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
 from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.manifest import TokenPooling
 from encoderrt.runtime.postprocess import l2_normalize
-
-EXTRA = "token-pooling"
-"""The optional dependencies' name that brings scipy."""
-
-
-def scipy_hierarchy() -> Any:
-    """scipy's clustering, or an error that says how to install it."""
-    try:
-        from scipy.cluster import hierarchy
-    except ImportError:
-        raise InvalidRequest(f"token pooling needs scipy, which is not installed: pip install 'encoderrt[{EXTRA}]'") \
-            from None
-    return hierarchy
+from encoderrt.runtime.ward import flat_clusters
 
 
 def pooled(vectors: np.ndarray, rules: TokenPooling) -> np.ndarray:
@@ -58,15 +44,11 @@ def _clusters(vectors: np.ndarray, rules: TokenPooling) -> np.ndarray | None:
             target = max(int(count // rules.pool_factor), 1)
         if target >= count:
             return None
-    hierarchy = scipy_hierarchy()
-    from scipy.spatial.distance import squareform
-
     distances = np.clip(1.0 - vectors @ vectors.T, 0.0, 2.0)
-    tree = hierarchy.linkage(squareform(distances, checks=False), method="ward")
     if rules.distance_threshold is None:
-        numbers = hierarchy.fcluster(tree, t=target, criterion="maxclust")
+        numbers = flat_clusters(distances, clusters=target)
     else:
-        numbers = hierarchy.fcluster(tree, t=rules.distance_threshold, criterion="distance")
+        numbers = flat_clusters(distances, threshold=rules.distance_threshold)
     return np.unique(numbers, return_inverse=True)[1]
 
 
@@ -84,5 +66,4 @@ def for_request(model_rules: TokenPooling | None, pool_factor: float | None, sid
     rules = TokenPooling(float(pool_factor), protected_tokens=base.protected_tokens, normalize=base.normalize)
     if problem := rules.problem():
         raise InvalidRequest(problem)
-    scipy_hierarchy()
     return rules

@@ -3,6 +3,8 @@ and as PyLate saves them: every scored token's vector (queries expanded with [MA
 length and without punctuation) and MaxSim scores, on both CPU targets, against MultiVectorEncoder.encode_query /
 encode_document and its own similarity."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -149,10 +151,10 @@ def _pooling_folder(base, folder, **settings):
 
 @pytest.mark.parametrize("pooling", list(POOLED))
 def test_a_model_that_pools_its_documents_matches_multi_vector_encoder(pooling, normalized_colbert, compile_artifact,
-                                                                      tmp_path):
+                                                                      tmp_path, monkeypatch):
     """A MultiVectorEncoder saved with a HierarchicalTokenPooling after its mask and Normalize (sentence-transformers
     6.3) encodes documents to cluster means: the engine's documents are the same vectors, in the same order, and its
-    scores and rankings MultiVectorEncoder's; queries are not pooled."""
+    scores and rankings MultiVectorEncoder's; queries are not pooled. Without scipy, the same vectors."""
     from sentence_transformers import MultiVectorEncoder
 
     folder = _pooling_folder(normalized_colbert, tmp_path / "pooled", **POOLED[pooling])
@@ -177,12 +179,16 @@ def test_a_model_that_pools_its_documents_matches_multi_vector_encoder(pooling, 
         # a request that pools its own way replaces the model's rule; 1 keeps every vector
         np.testing.assert_allclose(np.concatenate(engine.embed_multi_vector(DOCUMENTS, pool_factor=1)),
                                    np.concatenate(_vectors(unpooled, DOCUMENTS, "document")), atol=1e-4)
+        with monkeypatch.context() as serving_install:  # runtime/ward.py's numpy in place of scipy's clustering
+            serving_install.setitem(sys.modules, "scipy.cluster", None)
+            np.testing.assert_array_equal(np.concatenate(engine.embed_multi_vector(DOCUMENTS)), np.concatenate(got))
 
 
 def test_a_request_pools_documents_as_sentence_transformers_pools_per_call(normalized_colbert, compile_artifact,
-                                                                           tmp_path):
+                                                                           tmp_path, monkeypatch):
     """PyLate's pool_factor, sentence-transformers' per-call token pooling: a model without a pooling module pools
-    a request's documents to the same cluster means; what makes no sense is refused by name."""
+    a request's documents to the same cluster means, with scipy or without; what makes no sense is refused by
+    name."""
     from sentence_transformers import MultiVectorEncoder
     from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
 
@@ -194,6 +200,10 @@ def test_a_request_pools_documents_as_sentence_transformers_pools_per_call(norma
                 DOCUMENTS, token_pooling=HierarchicalTokenPooling(pool_factor=factor))]
             assert [g.shape for g in got] == [e.shape for e in expected], factor
             np.testing.assert_allclose(np.concatenate(got), np.concatenate(expected), atol=1e-4)
+            with monkeypatch.context() as serving_install:
+                serving_install.setitem(sys.modules, "scipy.cluster", None)
+                pooled = engine.embed_multi_vector(DOCUMENTS, pool_factor=factor)
+                np.testing.assert_array_equal(np.concatenate(pooled), np.concatenate(got))
         refused = {0.5: "pool_factor must be a finite number of at least 1, got 0.5",
                    float("nan"): "pool_factor must be a finite number", "2": "pool_factor must be a number"}
         for factor, message in refused.items():
@@ -231,12 +241,10 @@ def test_matryoshka_widths_as_multi_vector_encoder_cuts_them(normalized_colbert,
                 engine.embed_multi_vector(DOCUMENTS, dimensions=wrong)
 
 
-def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert, compile_artifact, tmp_path,
-                                                             monkeypatch):
+def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert, tmp_path):
     """Pooling before the mask, or settings sentence-transformers itself would refuse, are no model encoderrt compiles:
-    one line naming the module, nothing written. An artifact that pools does not load without scipy."""
+    one line naming the module, nothing written."""
     import json
-    import sys
 
     from encoderrt.compile import CompileOptions, InputError, compile_model
 
@@ -252,8 +260,3 @@ def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert,
                                          "distance_threshold each say how far to pool: give one"):
         compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()
-    settings.write_text(json.dumps({**json.loads(settings.read_text()), "max_tokens": None}))
-    artifact = compile_artifact(folder, tmp_path / "artifact", target="cpu").path
-    monkeypatch.setitem(sys.modules, "scipy.cluster", None)
-    with pytest.raises(ValueError, match=r"token pooling needs scipy.*pip install 'encoderrt\[token-pooling\]'"):
-        Engine.load(artifact)
