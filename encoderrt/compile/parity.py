@@ -487,10 +487,16 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
         # small error near the cut changes (a CSR model's bf16 latents at min cosine 0.99993 served at 0.987)
         kept = manifest.max_active_dims
         reference, candidates = heaviest(reference, kept), [heaviest(rows, kept) for rows in candidates]
+    regrouped = 0
+    if manifest.task == "multi_vector" and lengths is not None:
+        reference, candidates, lengths, regrouped = _served_documents(manifest, rows, reference, candidates, lengths)
     figures, failures = compare(manifest.task, manifest.precision, reference, candidates, manifest.target,
                                 manifest.activation, lengths)
     if manifest.task == "sparse" and manifest.max_active_dims:
         figures["weights_kept"] = manifest.max_active_dims
+    if regrouped:
+        figures["lossless"] = False
+        failures.append(f"{regrouped} probes pooled to another number of vectors than the reference's")
     for name in names:  # a hybrid model's lexical weights compare as values, its colbert vectors as a multi-vector model's
         reference = probes.token_reference[name]  # type: ignore[index]
         task = "multi_vector" if name == MULTI_VECTORS else "score"
@@ -502,6 +508,35 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
         failures += [f"{name}: {failure}" for failure in broken_here]
     figures["reference"] = probes.reference_name
     return figures, failures
+
+
+def _served_documents(manifest: Manifest, rows: list[Tokens], reference: np.ndarray, candidates: list[np.ndarray],
+                      lengths: list[int]) -> tuple[np.ndarray, list[np.ndarray], list[int], int]:
+    """Where a multi-vector model changes its documents' vectors after the graph, each probe's vectors as a
+    document's are served (runtime/tasks/multi_vector.scored): pooled by the model's rule, whose clusters a small
+    error regroups (bf16 on a tiny pooled ColBERT: token vectors at min cosine 0.9992, pooled ones at 0.65), and cut
+    to its truncate_dim. Returns them with their lengths, less the probes that pooled to another number of vectors
+    than the reference's (a distance threshold's), and how many those were."""
+    from encoderrt.runtime.tasks.multi_vector import scored
+    from encoderrt.runtime.token_pooling import for_request
+
+    rules = manifest.multi_vector
+    assert rules is not None
+    pooling = for_request(rules.token_pooling, None, "document")
+    if pooling is None and manifest.truncate_dim is None:
+        return reference, candidates, lengths, 0
+    bounds = np.cumsum([0, *lengths])
+
+    def served(vectors: np.ndarray) -> list[np.ndarray]:
+        return [scored(rules, row, vectors[start:end], "document", pooling, manifest.truncate_dim)
+                for row, start, end in zip(rows, bounds[:-1], bounds[1:])]
+
+    theirs, ours = served(reference), [served(candidate) for candidate in candidates]
+    scored_probes = [i for i, vectors in enumerate(theirs) if len(vectors)]  # not one of only skipped tokens
+    same = [i for i in scored_probes if all(len(o[i]) == len(theirs[i]) for o in ours)]
+    regrouped = len(scored_probes) - len(same)
+    return (np.concatenate([theirs[i] for i in same]), [np.concatenate([o[i] for i in same]) for o in ours],
+            [len(theirs[i]) for i in same], regrouped)
 
 
 def heaviest(rows: np.ndarray, kept: int) -> np.ndarray:

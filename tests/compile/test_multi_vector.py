@@ -260,3 +260,30 @@ def test_a_pooling_module_it_cannot_serve_is_refused_by_name(normalized_colbert,
                                          "distance_threshold each say how far to pool: give one"):
         compile_model(CompileOptions(model_dir=folder, output_dir=tmp_path / "out", quiet=True))
     assert not (tmp_path / "out").exists()
+
+
+def test_compile_judges_documents_as_they_are_pooled(normalized_colbert, compile_artifact, tmp_path):
+    """Compile's parity figures are those of the documents' pooled vectors, as served: a small error regroups
+    clusters, which the token vectors' cosine hides (bf16 on this folder: token vectors at min cosine 0.9992, pooled
+    ones at 0.65). So bf16 is refused where its pooled vectors miss the tier, and where it is taken its recorded
+    figure is the one a user measures (on a CPU without native bf16 it runs fp32)."""
+    from sentence_transformers import MultiVectorEncoder
+
+    from encoderrt.compile.errors import ParityError
+    from encoderrt.compile.parity import artifact_tokenizer, probe_texts
+
+    folder = _pooling_folder(normalized_colbert, tmp_path / "pooled", pool_factor=2)
+    reference = MultiVectorEncoder(str(folder), device="cpu")
+    try:
+        result = compile_artifact(folder, tmp_path / "bf16", target="openvino", precision="bf16")
+    except ParityError as error:
+        assert "min cosine" in str(error), error
+        return
+    # the probes as documents, without the document prompt (compile's probes are the texts alone)
+    texts = probe_texts(artifact_tokenizer(result.manifest, result.path))
+    expected = reference.encode_document(texts, prompt="")
+    with Engine.load(result.path) as engine:
+        served = engine.embed_multi_vector(texts, prompt="")
+    cosines = [(ours * theirs.numpy()).sum(1).min() for ours, theirs in zip(served, expected) if len(ours)]
+    recorded = result.manifest.parity["min_cosine"]
+    assert min(cosines) - 2e-3 <= recorded <= min(cosines) + 1e-6, (recorded, min(cosines))

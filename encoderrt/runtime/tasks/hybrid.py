@@ -20,7 +20,7 @@ from encoderrt.runtime.manifest import HYBRID_OUTPUTS, LEXICAL_WEIGHTS, MULTI_VE
 from encoderrt.runtime.postprocess import cosine_pairs, shape_embeddings
 from encoderrt.runtime.requests import TextOrTexts, Truncation, as_texts
 from encoderrt.runtime.tasks.base import ModelContext, Plan, Request, check_count
-from encoderrt.runtime.tasks.multi_vector import pair_maxsim, scored
+from encoderrt.runtime.tasks.multi_vector import pair_maxsim, rules_of, scored
 from encoderrt.runtime.tokenizer import Tokens
 
 Lexical = tuple[np.ndarray, np.ndarray]
@@ -61,7 +61,7 @@ class HybridEmbedRequest(Request[list[HybridEmbedding]]):
         rows = hybrid_rows(model, as_texts(self.texts, "texts"), self.truncate)
         if "colbert" in wanted:
             model.limit_token_vectors(rows, "token vectors", "send fewer or shorter texts, or leave colbert out")
-        names = graph_outputs(model, wanted)
+        names, rules = graph_outputs(model, wanted), rules_of(model)
 
         def finish(outputs: list[dict[str, np.ndarray]]) -> list[HybridEmbedding]:
             dense = (shape_embeddings(np.stack([output[names[0]] for output in outputs]), model.manifest.normalize, None)
@@ -69,7 +69,7 @@ class HybridEmbedRequest(Request[list[HybridEmbedding]]):
             return [HybridEmbedding(
                 dense=vector,
                 sparse=_pairs(lexical(model, row, output[LEXICAL_WEIGHTS]), self.top_k) if "sparse" in wanted else None,
-                colbert=scored(model, row, output[MULTI_VECTORS], "document") if "colbert" in wanted else None,
+                colbert=scored(rules, row, output[MULTI_VECTORS], "document") if "colbert" in wanted else None,
             ) for row, output, vector in zip(rows, outputs, dense)]
 
         return Plan(rows, finish, outputs=names)
@@ -150,7 +150,7 @@ def plan_hybrid_scores(model: ModelContext, firsts: list[str], seconds: list[str
     position = {text: i for i, text in enumerate(unique)}
     left, right = [position[t] for t in firsts], [position[t] for t in seconds]
     rows = hybrid_rows(model, unique, truncate)
-    names = graph_outputs(model, wanted)
+    names, rules = graph_outputs(model, wanted), rules_of(model)
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
         total = np.zeros(len(firsts), np.float64)
@@ -161,7 +161,7 @@ def plan_hybrid_scores(model: ModelContext, firsts: list[str], seconds: list[str
             weights_of = [lexical(model, row, output[LEXICAL_WEIGHTS]) for row, output in zip(rows, outputs)]
             total += weighted["sparse"] * np.array([lexical_score(weights_of[a], weights_of[b]) for a, b in zip(left, right)])
         if "colbert" in wanted:
-            vectors = [scored(model, row, output[MULTI_VECTORS], "document") for row, output in zip(rows, outputs)]
+            vectors = [scored(rules, row, output[MULTI_VECTORS], "document") for row, output in zip(rows, outputs)]
             total += weighted["colbert"] * pair_maxsim(vectors, left, right, mean=True)
         return (total / sum(weighted.values())).tolist()
 

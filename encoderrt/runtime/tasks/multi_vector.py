@@ -58,7 +58,8 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
                                  "are served whole")
         check_dimensions(self.dimensions, model.manifest.shape.output_dim)
         width = self.dimensions if self.dimensions is not None else model.manifest.truncate_dim
-        return Plan(rows, lambda outputs: [scored(model, row, output[MULTI_VECTORS], self.side, pooling, width)
+        rules = rules_of(model)
+        return Plan(rows, lambda outputs: [scored(rules, row, output[MULTI_VECTORS], self.side, pooling, width)
                                            for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,),
                     blocking_finish=pooling is not None)
 
@@ -96,12 +97,11 @@ def _expanded(row: Tokens, rules: MultiVector) -> Tokens:
                         attended=-1 if rules.expansion_attend else len(row.ids))
 
 
-def scored(model: ModelContext, row: Tokens, vectors: np.ndarray, side: str, pooling: TokenPooling | None = None,
+def scored(rules: MultiVector, row: Tokens, vectors: np.ndarray, side: str, pooling: TokenPooling | None = None,
            width: int | None = None) -> np.ndarray:
-    """The vectors a row is scored by: all of a query's; a document's less the skip-list's tokens; each of unit
-    length where the model normalises; then pooled where `pooling` says; then cut to `width` dimensions and
-    renormalised, as MultiVectorEncoder's truncate_dim cuts them."""
-    rules = rules_of(model)
+    """The vectors a row is scored by, under the model's rules: all of a query's; a document's less the skip-list's
+    tokens; each of unit length where the model normalises; then pooled where `pooling` says; then cut to `width`
+    dimensions and renormalised, as MultiVectorEncoder's truncate_dim cuts them."""
     vectors, ids = vectors.astype(np.float32, copy=False), row.ids
     if rules.skip_first:
         vectors, ids = vectors[1:], ids[1:]

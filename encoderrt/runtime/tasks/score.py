@@ -108,12 +108,13 @@ def _late_interaction(model: ModelContext, firsts: list[str], seconds: list[str]
     query_index = {t: i for i, t in enumerate(queries)}
     document_index = {t: len(queries) + i for i, t in enumerate(documents)}  # documents' rows follow the queries'
     left, right = [query_index[t] for t in firsts], [document_index[t] for t in seconds]
-    mean = rules_of(model).similarity == "meanmaxsim"
-    pooling = {side: for_request(rules_of(model).token_pooling, None, side) for side in SIDES}  # encode_*'s own
+    rules = rules_of(model)
+    mean = rules.similarity == "meanmaxsim"
+    pooling = {side: for_request(rules.token_pooling, None, side) for side in SIDES}  # encode_*'s own
 
     def scores(outputs: list[dict[str, np.ndarray]]) -> list[float]:
         sides = ["query" if i < len(queries) else "document" for i in range(len(rows))]
-        vectors = [scored(model, row, output[MULTI_VECTORS], side, pooling[side], model.manifest.truncate_dim)
+        vectors = [scored(rules, row, output[MULTI_VECTORS], side, pooling[side], model.manifest.truncate_dim)
                    for side, row, output in zip(sides, rows, outputs)]
         return pair_maxsim(vectors, left, right, mean).tolist()
 
