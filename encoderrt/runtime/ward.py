@@ -6,8 +6,9 @@ vectors and their order, so pooling must make scipy's choices, ties and rounding
 where it is installed (the `token-pooling` extra). Where it is not (the torch-free serving images, which would
 otherwise carry 140 MB of scipy for this alone), this module's numpy makes the same ones: the nearest-neighbour
 chain scipy runs for Ward, its update in its order of operations, its sort and labels, then fcluster's cut and
-numbering. tests/runtime/test_ward.py holds the two equal, tree for tree and label for label. numpy's is about
-6x slower: ~3 ms against 0.5 ms for a 180-token document, a loop step a merge.
+numbering. tests/runtime/test_ward.py holds the two equal, tree for tree and label for label. numpy's clustering
+is a Python step a merge, ~6x scipy's time (3.1 ms against 0.45 ms for 180 vectors, AMD EPYC), which makes pooling
+a document ~4x slower (4.3 ms against 1.1 ms).
 """
 
 from __future__ import annotations
