@@ -482,18 +482,18 @@ def check_parity(manifest: Manifest, artifact_dir: Path, probes: Probes) -> tupl
     batched, single = outputs[manifest.outputs[0]]
     lengths = [len(row.ids) for row in rows] if manifest.task in ("multi_vector", "hybrid") else None
     reference, candidates = probes.reference.reshape(batched.shape), [batched, single]
-    if manifest.task == "sparse" and manifest.max_active_dims:
+    kept = manifest.max_active_dims if manifest.task == "sparse" else None
+    if kept:
         # what is served, and what encode(max_active_dims=k) returns: the k heaviest weights of each row, which a
         # small error near the cut changes (a CSR model's bf16 latents at min cosine 0.99993 served at 0.987)
-        kept = manifest.max_active_dims
         reference, candidates = heaviest(reference, kept), [heaviest(rows, kept) for rows in candidates]
     regrouped = 0
     if manifest.task == "multi_vector" and lengths is not None:
         reference, candidates, lengths, regrouped = _served_documents(manifest, rows, reference, candidates, lengths)
     figures, failures = compare(manifest.task, manifest.precision, reference, candidates, manifest.target,
                                 manifest.activation, lengths)
-    if manifest.task == "sparse" and manifest.max_active_dims:
-        figures["weights_kept"] = manifest.max_active_dims
+    if kept:
+        figures["weights_kept"] = kept
     if regrouped:
         figures["lossless"] = False
         failures.append(f"{regrouped} probes pooled to another number of vectors than the reference's")
