@@ -26,6 +26,8 @@ def flat_clusters(distances: np.ndarray, *, clusters: int | None = None, thresho
     `use_scipy`: None takes scipy where it is installed."""
     if (clusters is None) == (threshold is None):
         raise ValueError("give either clusters or threshold")
+    if len(distances) < 2:
+        raise ValueError("clustering needs at least two items")
     scipy_hierarchy = _scipy_hierarchy() if use_scipy is not False else None
     if use_scipy and scipy_hierarchy is None:
         raise ImportError("scipy is not installed")

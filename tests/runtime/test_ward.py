@@ -50,3 +50,5 @@ def test_what_it_refuses():
         ward.flat_clusters(np.array([[0.0, np.nan], [np.nan, 0.0]]), clusters=1, use_scipy=False)
     with pytest.raises(ValueError, match="give either clusters or threshold"):
         ward.flat_clusters(np.zeros((2, 2)), clusters=1, threshold=0.5)
+    with pytest.raises(ValueError, match="clustering needs at least two items"):
+        ward.flat_clusters(np.zeros((1, 1)), clusters=1, use_scipy=False)
