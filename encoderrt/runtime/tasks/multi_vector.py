@@ -52,13 +52,13 @@ class MultiVectorRequest(Request[list[np.ndarray]]):
         model.require("embed_multi_vector", "multi_vector", "hybrid")
         rows = side_rows(model, as_texts(self.texts, "texts"), self.side, self.truncate, self.prompt_name, self.prompt)
         model.limit_token_vectors(rows, "token vectors")
-        pooling = for_request(rules_of(model).token_pooling, self.pool_factor, self.side)
+        rules = rules_of(model)
+        pooling = for_request(rules.token_pooling, self.pool_factor, self.side)
         if self.dimensions is not None and model.manifest.task == "hybrid":
             raise InvalidRequest("dimensions apply to a multi-vector model's vectors; a hybrid model's colbert vectors "
                                  "are served whole")
         check_dimensions(self.dimensions, model.manifest.shape.output_dim)
         width = self.dimensions if self.dimensions is not None else model.manifest.truncate_dim
-        rules = rules_of(model)
         return Plan(rows, lambda outputs: [scored(rules, row, output[MULTI_VECTORS], self.side, pooling, width)
                                            for row, output in zip(rows, outputs)], outputs=(MULTI_VECTORS,),
                     blocking_finish=pooling is not None)
