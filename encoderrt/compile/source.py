@@ -522,9 +522,9 @@ def inspect_source(options: CompileOptions) -> SourceModel:
             pooling = splade_pooling(pooling_path, read_optional_json(pooling_path / "config.json"))
     else:
         if options.pooling != "auto":
-            raise InputError(f"--pooling applies to embedding models; this is a {task} model")
+            raise InputError(f"--pooling applies to embedding models; this model's task is {task}")
         if options.normalize is not None:
-            raise InputError(f"--normalize/--no-normalize apply to embedding models; this is a {task} model")
+            raise InputError(f"--normalize/--no-normalize apply to embedding models; this model's task is {task}")
 
     # sentence-transformers' defaults: SparseEncoder's dot, SentenceTransformer's cosine
     similarity = (read_similarity(st_config, notes, "dot" if task == "sparse" else "cosine")
@@ -634,7 +634,7 @@ def _text_messages(settings: dict[str, Any], weights_folder: Path, task: str, he
     where = weights_folder / "sentence_bert_config.json"
     if task not in ("embed", "score"):
         raise InputError(f"{where}: its modality_config reads inputs as chat messages, which encoderrt renders for "
-                         f"embedding models and cross-encoders, not for a {task} model")
+                         f"embedding models and cross-encoders, not for this model's task, {task}")
     message = modalities["message"] if isinstance(modalities["message"], dict) else {}
     form = message.get("format", "auto")
     if form not in ("flat", "structured"):

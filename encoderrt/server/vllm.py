@@ -193,7 +193,8 @@ def _pooled(rows: list[Any], completion: Any, name: str, started: float) -> Resp
 async def _hybrid_pooling(body: PoolingBody, request: Request, served: Any, started: float) -> Response:
     """A hybrid model's representations that `outputs` names, each item's as an object."""
     if served.engine.info.task != "hybrid":
-        raise InvalidRequest(f"outputs apply to a hybrid (bge-m3) model; '{served.name}' is a {served.engine.info.task} model")
+        raise InvalidRequest(f"outputs apply to a hybrid (bge-m3) model; '{served.name}' serves "
+                             f"{served.engine.info.task}")
     if (body.task not in (None, "embed") or body.side is not None or body.dimensions is not None
             or body.use_activation is not None):
         raise InvalidRequest("outputs take texts, without task, side, dimensions or use_activation")

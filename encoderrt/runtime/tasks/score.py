@@ -53,7 +53,8 @@ def plan_pairs(model: ModelContext, firsts: list[str], seconds: list[str], trunc
     model.similarity does (a hybrid model by its three scores, runtime/tasks/hybrid.py)."""
     model.require("score", "score", "embed", "sparse", "multi_vector", "hybrid")
     if hybrid_weights is not None and model.manifest.task != "hybrid":
-        raise InvalidRequest(f"hybrid_weights apply to a hybrid (bge-m3) model; this is a {model.manifest.task} model")
+        raise InvalidRequest("hybrid_weights apply to a hybrid (bge-m3) model; this model serves "
+                             f"{model.manifest.task}")
     if not activation and model.manifest.task != "score":  # asking for raw logits where there are none
         raise InvalidRequest("raw scores (no activation) apply to a cross-encoder's logits; this "
                              f"{model.manifest.task} model's score is a similarity, with no activation to leave out")
