@@ -286,7 +286,15 @@ def test_a_folder_compiles_at_the_jobs_precision_and_an_artifact_is_used_as_buil
     assert artifact.name == content_key(folder, "int8") and read_manifest(artifact).precision == "int8"
     _, vectors, _ = read_output(tmp_path / "int8")
     with Engine.load(artifact) as engine:
-        assert cosines(vectors, engine.embed(TEXTS[:40])).min() >= 0.998  # int8 rounds otherwise in other batches
+        served = engine.embed(TEXTS[:40])
+    # int8 quantises activations by each batch's own range, so the job's batches round otherwise than one call's:
+    # on an AVX2-only CPU (uint8 weights) the same artifact's rows moved by up to 3.1e-3 in cosine between batchings
+    assert cosines(vectors, served).min() >= 0.99
+    # and they keep int8's promise against sentence-transformers fp32 (docs/compile.md)
+    from sentence_transformers import SentenceTransformer
+
+    against_reference = cosines(vectors, SentenceTransformer(str(folder), device="cpu").encode(TEXTS[:40]))
+    assert against_reference.min() >= 0.98 and against_reference.mean() >= 0.995
     capsys.readouterr()
 
     # an fp32 artifact asked for bf16 would run in fp32 all the same: refused before any output is made
