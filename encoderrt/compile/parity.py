@@ -17,7 +17,7 @@ import numpy as np
 from encoderrt.compile.source import SourceModel
 from encoderrt.runtime.backends import STREAMS_ONLY, Batch, load_backend
 from encoderrt.runtime.manifest import LEXICAL_WEIGHTS, MULTI_VECTORS, PER_TOKEN_OUTPUTS, Manifest
-from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs
+from encoderrt.runtime.postprocess import ACTIVATIONS, cosine_pairs, sparse_rows
 from encoderrt.runtime.prompts import with_prompt
 from encoderrt.runtime.throughput import token_batches
 from encoderrt.runtime.tokenizer import TextTokenizer, Tokens
@@ -540,13 +540,13 @@ def _served_documents(manifest: Manifest, rows: list[Tokens], reference: np.ndar
 
 
 def heaviest(rows: np.ndarray, kept: int) -> np.ndarray:
-    """[n, width] rows with all but the `kept` heaviest weights of each zeroed, the first of equal ones kept first
-    (runtime/postprocess.sparse_rows's order)."""
-    if kept >= rows.shape[1]:
-        return rows
-    order = np.argsort(-rows, axis=1, kind="stable")[:, :kept]
+    """[n, width] rows as they are served with `kept` weights each (runtime/postprocess.sparse_rows' pairs), put
+    back in place: every other weight zeroed."""
     out = np.zeros_like(rows)
-    np.put_along_axis(out, order, np.take_along_axis(rows, order, axis=1), axis=1)
+    for i, pairs in enumerate(sparse_rows(rows, kept)):
+        if pairs:
+            ids, weights = zip(*pairs)
+            out[i, list(ids)] = weights
     return out
 
 
