@@ -85,6 +85,7 @@ EXPORTED_STATS = {
     "failed_batches": ("counter", "encoderrt_failed_batches", "Backend runs that failed"),
     "cancelled_items": ("counter", "encoderrt_cancelled_items", "Items dropped before they ran: their client left"),
     "overloaded": ("counter", "encoderrt_overloaded", "Requests refused with 429: the queue was full"),
+    "cached_items": ("counter", "encoderrt_cached_items", "Items answered from the result cache without running"),
 }
 
 

@@ -51,6 +51,12 @@ class EngineConfig:
         "engine's fixed cost (bulk jobs calibrate so)")
     long_inputs: Literal["truncate", "chunk"] = setting(
         "truncate", "embedding inputs past the model's limit: cut at it, or embedded in chunks and averaged")
+    result_cache_mb: float = setting(
+        0.0, "memory for the answers to rows already run, least recently used forgotten first: a repeated query, or "
+        "a document reranked again, is answered without running it (0: off)", metavar="MB")
+    """Off by default: a closed-loop benchmark that repeats its texts would measure the table, not the model (the
+    bench's own engines never use it), and the memory is the operator's to give. Keyed by a row's tokens
+    (runtime/result_cache.py)."""
     default_prompt_name: str | None = None
     """Overrides the folder's default prompt ("" serves without one); `serve` takes it per model (server/loading.py)."""
     max_token_embeddings: int = setting(
@@ -69,6 +75,8 @@ class EngineConfig:
         if self.sessions < 1:
             raise ValueError(f"sessions must be positive, got {self.sessions}")
         check_choices(self)
+        if not 0 <= self.result_cache_mb < float("inf"):
+            raise ValueError(f"result_cache_mb must be 0 (off) or more, and finite, got {self.result_cache_mb}")
         if self.max_token_embeddings < 1:
             raise ValueError(f"max_token_embeddings must be positive, got {self.max_token_embeddings}")
         if not self.max_wait_ms >= 0:  # NaN too

@@ -27,6 +27,7 @@ from encoderrt.runtime.manifest import Manifest, read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.runtime.quantization import EmbeddingQuantizer
 from encoderrt.runtime.requests import Completion, Truncation
+from encoderrt.runtime.result_cache import ResultCache
 from encoderrt.runtime.scheduler import DEEP_BATCH_TOKENS, Completed, Scheduler
 from encoderrt.runtime.stats import EngineStats, Timings
 from encoderrt.runtime.tasks import (
@@ -145,8 +146,10 @@ class Engine:
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         small_alone_from = small_work_alone_from(backends[0], self._tokenizer.pad, manifest.shape.vocab_size)
         deep_budget = _deep_budget(config.deep_batch_tokens, budget, config.max_batch_tokens is None, limit)
+        cache_bytes = int(config.result_cache_mb * 2**20)
+        cache = ResultCache(cache_bytes) if cache_bytes else None
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats,
-                                    small_alone_from, deep_budget)
+                                    small_alone_from, deep_budget, cache)
         name = str(manifest.source.get("name") or artifact_dir.name)
         self.quantizer = EmbeddingQuantizer(lambda texts, normalize, dimensions: self.embed(texts, normalize, dimensions))
         """int8 / uint8 / binary / ubinary embeddings, int8 and uint8 by this model's calibrated ranges."""

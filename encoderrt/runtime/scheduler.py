@@ -9,7 +9,8 @@ A batch that is the only work (nothing else running or waiting) is marked to run
 backend declares it can (Capabilities.runs_alone), and no other batch starts until it ends; but only while work
 seldom arrives during such batches (ALONE_WHILE_COMPANY_BELOW), since a stream idle beside a lone run is capacity
 lost under load, or while the work is too small to split (SMALL_WORK_TOKENS) and every core runs it much faster
-than one stream (measured at load). Identical rows are computed once, whoever asked for them. A row whose every
+than one stream (measured at load). Identical rows are computed once, whoever asked for them, and where a result
+cache is given, a row run before is answered from it without queueing (runtime/result_cache.py). A row whose every
 caller has gone (cancelled or failed Future) is dropped before it runs. Whether new work may queue at all is
 runtime/admission.py's call (items waiting, and seconds of work at the measured throughput).
 """
@@ -32,6 +33,7 @@ from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
 from encoderrt.runtime.manifest import PER_TOKEN_OUTPUTS
+from encoderrt.runtime.result_cache import ResultCache
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
 from encoderrt.runtime.waiting import WaitingRow, WaitingRows
@@ -153,6 +155,15 @@ def _settle(future: Future | asyncio.Future, result: Completed | None = None,
         pass
 
 
+_Keyed = tuple[int, Tokens, tuple]
+"""A submitted row: its index in the submission, its tokens, its key (`_row_key`)."""
+
+
+def _row_key(tokens: Tokens) -> tuple:
+    """What makes two rows the same computation: all of the row as it runs."""
+    return (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
+
+
 def _named_outputs(rows: Sequence[WaitingRow]) -> set[str]:
     """The outputs the rows' callers name (a batch that returns any runs on a stream, never alone)."""
     return {name for row in rows for ticket, _ in row.consumers for name in ticket.named}
@@ -175,10 +186,13 @@ class Scheduler:
         stats: EngineStats,
         small_alone_from: int | None = None,
         deep_batch_tokens: int | None = None,
+        result_cache: ResultCache | None = None,
     ):
         """`small_alone_from`: the fewest padded tokens of small work (SMALL_WORK_TOKENS) that runs alone even while
         other work arrives, as measured at load (calibration.small_work_alone_from); None: none does.
-        `deep_batch_tokens`: the budget while at least that many tokens wait (None: the budget)."""
+        `deep_batch_tokens`: the budget while at least that many tokens wait (None: the budget).
+        `result_cache`: where rows' answers are kept, and repeated rows answered from, without running."""
+        self._cache = result_cache
         self.max_batch_tokens = max_batch_tokens
         self._deep_budget = deep_batch_tokens or max_batch_tokens
         self._small_alone_from = small_alone_from
@@ -231,11 +245,16 @@ class Scheduler:
             rows = self._with_empty_rows(rows)
         if len(rows) > self.admission.max_items:
             raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self.admission.max_items} items)")
+        keyed = [(index, tokens, _row_key(tokens)) for index, tokens in enumerate(rows)]
+        if self._cache is not None and not self._closed:
+            keyed = self._answer_cached(ticket, keyed)
+            if not keyed:
+                return ticket.future
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
             try:
-                self.admission.check(self._pending_items, self._rows.tokens, len(rows))
+                self.admission.check(self._pending_items, self._rows.tokens, len(keyed))
             except Overloaded:
                 self._stats.add(overloaded=1)
                 raise
@@ -245,19 +264,35 @@ class Scheduler:
             self._last_arrival = now
             self._submissions += 1
             duplicates = 0
-            for index, tokens in enumerate(rows):
-                key = (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
+            for index, tokens, key in keyed:
                 row = self._rows.get(key)
                 if row is None:
                     row = self._rows.add(tokens, key)
                 else:
                     duplicates += 1
                 row.consumers.append((ticket, index))
-            self._pending_items += len(rows)
-            self._stats.add(items=len(rows), deduplicated_items=duplicates, queue_depth=len(rows))
+            self._pending_items += len(keyed)
+            self._stats.add(items=len(keyed), deduplicated_items=duplicates, queue_depth=len(keyed))
             if not self._alone:  # a worker woken now would only wait again: the lone run's end wakes them all
                 self._cond.notify()
         return ticket.future
+
+    def _answer_cached(self, ticket: _Ticket, keyed: list[_Keyed]) -> list[_Keyed]:
+        """Fill the ticket's slots whose rows the result cache holds, settling it if that was all of them; returns
+        the rows still to run. A request answered whole never queues, so it counts as no arrival."""
+        assert self._cache is not None
+        missing, completed = [], None
+        for index, tokens, key in keyed:
+            answer = self._cache.get((key, ticket.named))
+            if answer is None:
+                missing.append((index, tokens, key))
+            else:
+                completed = ticket.deliver(index, answer)
+        if hits := len(keyed) - len(missing):
+            self._stats.add(items=hits, cached_items=hits)
+        if completed is not None:
+            _settle(ticket.future, completed)  # on the caller's own thread: the loop's, for an awaiting caller
+        return missing
 
     def _with_empty_rows(self, rows: Sequence[Tokens]) -> list[Tokens]:
         """Rows without tokens as one token nothing attends to, where every backend answers such a row; else refused:
@@ -404,8 +439,11 @@ class Scheduler:
         answers: list[Outcome] = []
         for i, row in enumerate(rows):
             for ticket, index in row.consumers:
-                completed = ticket.deliver(index, _row_outputs(result, ticket.named, i, len(row.tokens.ids))
-                                           if ticket.named else result[first][i])
+                answer = (_row_outputs(result, ticket.named, i, len(row.tokens.ids)) if ticket.named
+                          else result[first][i])
+                if self._cache is not None:  # before the callers hear: a request that follows their answer hits
+                    self._cache.put((row.key, ticket.named), answer)
+                completed = ticket.deliver(index, answer)
                 if completed is not None:
                     answers.append((ticket, completed, None))
         _settle_all(answers)

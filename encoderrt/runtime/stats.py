@@ -29,6 +29,8 @@ class EngineStats:
     """Tokens of the rows that ran (after deduplication), without padding."""
     padded_tokens: int = 0
     deduplicated_items: int = 0
+    cached_items: int = 0
+    """Items answered from the result cache, without running (EngineConfig.result_cache_mb)."""
     cancelled_items: int = 0
     failed_batches: int = 0
     overloaded: int = 0

@@ -30,6 +30,8 @@ class _EngineCollector:
         items = CounterMetricFamily("encoderrt_engine_items", "Items submitted to the engine", labels=["model"])
         cancelled = CounterMetricFamily("encoderrt_cancelled_items", "Items dropped before they ran: their client left",
                                         labels=["model"])
+        cached = CounterMetricFamily("encoderrt_cached_items", "Items answered from the result cache without running "
+                                     "(--result-cache-mb)", labels=["model"])
         for served in self._models.models():
             stats = served.engine.stats.snapshot()
             queue.add_metric([served.name], stats["queue_depth"])
@@ -41,7 +43,8 @@ class _EngineCollector:
             processed.add_metric([served.name], stats["real_tokens"])
             items.add_metric([served.name], stats["items"])
             cancelled.add_metric([served.name], stats["cancelled_items"])
-        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled)
+            cached.add_metric([served.name], stats["cached_items"])
+        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled, cached)
 
 
 class Metrics:

@@ -1,0 +1,74 @@
+"""Answers to rows run before, kept so a repeated row is answered without running it (EngineConfig.result_cache_mb).
+
+Search traffic repeats itself: popular queries come back, and a rerank's candidate documents recur from one query
+to the next. The scheduler already runs identical rows that wait together once; this keeps their answers after the
+batch, in a least-recently-used table bounded by bytes. The key is the row as it runs (token ids, segment ids,
+pooling start, adapter, attention) and the outputs asked for, so a prompt, a truncation rule or a task adapter that
+changes the tokens is another entry by construction; what happens after the graph (normalising, Matryoshka
+dimensions, quantising, scoring) runs on every request as before. An answer comes from whichever batch first ran the
+row: batches of other shapes round the last bits differently (fp32) or more (dynamic int8), as any rerun would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+Answer = np.ndarray | dict[str, np.ndarray]
+"""A row's answer as the scheduler delivers it: its row of the first output, or its outputs by name."""
+
+
+def _nbytes(answer: Answer) -> int:
+    return answer.nbytes if isinstance(answer, np.ndarray) else sum(array.nbytes for array in answer.values())
+
+
+def _copy(answer: Answer) -> Answer:
+    """Callers own what they get (a plan may work in place), and the table owns what it keeps."""
+    return answer.copy() if isinstance(answer, np.ndarray) else {name: array.copy() for name, array in answer.items()}
+
+
+class ResultCache:
+    """A thread-safe LRU table of row answers, holding at most `max_bytes` of arrays."""
+
+    def __init__(self, max_bytes: int):
+        if max_bytes < 1:
+            raise ValueError(f"a result cache holds at least one byte, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._answers: OrderedDict[Hashable, Answer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def get(self, key: Hashable) -> Answer | None:
+        """A copy of the answer kept under `key`, now the most recently used; None if none is."""
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is None:
+                return None
+            self._answers.move_to_end(key)
+        return _copy(answer)
+
+    def put(self, key: Hashable, answer: Answer) -> None:
+        """Keep a copy of `answer`, forgetting the least recently used past the bound; an answer bigger than the
+        whole bound is not kept."""
+        size = _nbytes(answer)
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return
+        kept = _copy(answer)  # outside the lock: the event loop's lookups must not wait on a copy
+        with self._lock:
+            if key in self._answers:  # another batch kept it meanwhile
+                return
+            self._answers[key] = kept
+            self.nbytes += size
+            while self.nbytes > self.max_bytes:
+                _, evicted = self._answers.popitem(last=False)
+                self.nbytes -= _nbytes(evicted)

@@ -1,0 +1,179 @@
+"""The result cache (EngineConfig.result_cache_mb): a repeated row is answered without running, with the answer
+sentence-transformers gives, and nothing but the row's tokens and the outputs asked for decides a hit."""
+
+import asyncio
+
+import httpx
+import numpy as np
+import pytest
+
+from encoderrt import Engine
+from encoderrt.runtime.config import EngineConfig
+from encoderrt.runtime.result_cache import ResultCache
+from encoderrt.server import ServerSettings, create_app
+from server_helpers import metric, ready_registry, running_server
+
+QUERIES = ["how do vector databases index embeddings", "capital of France", "¿dónde está la biblioteca?",
+           "symptoms of the flu", "a"]
+
+
+@pytest.fixture(scope="module")
+def st_model(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def cached(minilm_fp32):
+    with Engine.load(minilm_fp32.path, result_cache_mb=1) as engine:
+        yield engine
+
+
+def _ran(engine, call):
+    """What `call` returned, and how many items it submitted, ran and took from the cache."""
+    before = engine.stats.snapshot()
+    value = call()
+    after = engine.stats.snapshot()
+    return value, {name: after[name] - before[name] for name in ("items", "batch_rows", "cached_items")}
+
+
+def _cosines(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_repeated_queries_are_answered_without_running(cached, st_model):
+    first, counts = _ran(cached, lambda: cached.embed(QUERIES))
+    assert counts == {"items": 5, "batch_rows": 5, "cached_items": 0}
+    again, counts = _ran(cached, lambda: cached.embed([QUERIES[2], "never asked before", QUERIES[0]]))
+    assert counts == {"items": 3, "batch_rows": 1, "cached_items": 2}
+    np.testing.assert_array_equal(again[[0, 2]], first[[2, 0]])  # the answers kept, as they were
+    reference = st_model.encode([QUERIES[2], "never asked before", QUERIES[0]], normalize_embeddings=True)
+    assert _cosines(again, reference).min() >= 0.99999
+
+
+def test_what_follows_the_graph_runs_on_every_request(cached, st_model):
+    """Dimensions, normalising and quantising apply to the kept answer, as sentence-transformers applies them."""
+    cached.embed(QUERIES)
+    cut, counts = _ran(cached, lambda: cached.embed(QUERIES, dimensions=64))
+    assert counts["cached_items"] == 5 and counts["batch_rows"] == 0
+    reference = st_model.encode(QUERIES)[:, :64]
+    np.testing.assert_allclose(cut, reference / np.linalg.norm(reference, axis=1, keepdims=True), atol=1e-5)
+    raw, counts = _ran(cached, lambda: cached.embed(QUERIES, normalize=False))
+    assert counts["cached_items"] == 5  # the mean of the token states, before the folder's Normalize
+    means = [tokens.numpy().mean(0) for tokens in st_model.encode(QUERIES, output_value="token_embeddings")]
+    np.testing.assert_allclose(raw, np.stack(means), atol=1e-5)
+    binary, counts = _ran(cached, lambda: cached.embed(QUERIES, precision="ubinary"))
+    assert counts["cached_items"] == 5
+    from sentence_transformers.quantization import quantize_embeddings
+
+    np.testing.assert_array_equal(binary, quantize_embeddings(st_model.encode(QUERIES), precision="ubinary"))
+
+
+def test_other_tokens_are_another_row(cached, st_model):
+    """A prompt or a shorter truncation changes the row, so it runs; the answers are sentence-transformers'."""
+    cached.embed(QUERIES)
+    prompted, counts = _ran(cached, lambda: cached.embed(QUERIES, prompt="query: "))
+    assert counts["cached_items"] == 0 and counts["batch_rows"] == 5
+    assert _cosines(prompted, st_model.encode(QUERIES, prompt="query: ")).min() >= 0.99999
+    cut, counts = _ran(cached, lambda: cached.embed(QUERIES[:1], truncate=4))
+    assert counts["cached_items"] == 0
+    st_model.max_seq_length = 4
+    try:
+        assert _cosines(cut, st_model.encode(QUERIES[:1])).min() >= 0.99999
+    finally:
+        st_model.max_seq_length = 256
+
+
+def test_a_callers_changes_do_not_reach_the_cache(cached, st_model):
+    """Token vectors reach the caller as the scheduler delivered them, with no stacking copy between."""
+    texts = ["changed by its caller", "and this one too"]
+    cached.embed_tokens(texts)
+    for kept in cached.embed_tokens(texts):  # answered from the cache
+        kept[:] = 0
+    again, counts = _ran(cached, lambda: cached.embed_tokens(texts))
+    assert counts["cached_items"] == 2
+    for got, expected in zip(again, st_model.encode(texts, output_value="token_embeddings")):
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_token_vectors_are_kept_apart_from_pooled_ones(cached, st_model):
+    cached.embed(QUERIES)
+    tokens, counts = _ran(cached, lambda: cached.embed_tokens(QUERIES))
+    assert counts["cached_items"] == 0  # the pooled answers are not the token vectors
+    again, counts = _ran(cached, lambda: cached.embed_tokens(QUERIES))
+    assert counts == {"items": 5, "batch_rows": 0, "cached_items": 5}
+    reference = st_model.encode(QUERIES, output_value="token_embeddings")
+    for got, expected in zip(again, reference):
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-4)
+    for first, second in zip(tokens, again):
+        np.testing.assert_array_equal(first, second)
+
+
+def test_an_async_request_answered_whole_settles_on_its_loop(cached, st_model):
+    cached.embed(QUERIES)
+
+    async def ask():
+        return await asyncio.gather(*(cached.aembed([query]) for query in QUERIES))
+
+    answers, counts = _ran(cached, lambda: asyncio.run(ask()))
+    assert counts["cached_items"] == 5 and counts["batch_rows"] == 0
+    assert _cosines(np.concatenate(answers), st_model.encode(QUERIES)).min() >= 0.99999
+
+
+def test_cross_encoder_pairs(tiny_artifacts, tiny_models):
+    from sentence_transformers import CrossEncoder
+
+    reference = CrossEncoder(str(tiny_models["bert-cross-encoder"]), device="cpu", max_length=64)
+    documents = ["the fox", "a dog sleeps", "cats and dogs"]
+    with Engine.load(tiny_artifacts["bert-cross-encoder"], max_batch_tokens=256, result_cache_mb=1) as engine:
+        first = engine.score("where is the fox", documents)
+        again, counts = _ran(engine, lambda: engine.score("where is the fox", documents))
+        other, other_counts = _ran(engine, lambda: engine.score("a new query", documents))
+    assert counts["cached_items"] == 3 and counts["batch_rows"] == 0 and again == first
+    assert other_counts["cached_items"] == 0  # a pair's row holds its query
+    expected = reference.predict([("where is the fox", d) for d in documents] + [("a new query", d) for d in documents])
+    np.testing.assert_allclose(first + other, expected, atol=1e-3)
+
+
+def test_least_recently_used_answers_go_first_within_the_bound():
+    row = np.arange(4, dtype=np.float32)  # 16 bytes
+    cache = ResultCache(3 * row.nbytes)
+    for key in "abc":
+        cache.put(key, row + ord(key))
+    assert cache.get("a")[0] == ord("a")  # now the most recently used
+    cache.put("d", row)
+    assert cache.get("b") is None and len(cache) == 3 and cache.nbytes == 3 * row.nbytes
+    assert {key for key in "acd" if cache.get(key) is not None} == {"a", "c", "d"}
+    cache.put("huge", np.zeros(100, np.float32))  # bigger than the whole bound: not kept, nothing evicted
+    assert cache.get("huge") is None and len(cache) == 3
+    named = {"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)}
+    cache.put("named", named)
+    assert cache.nbytes <= cache.max_bytes and cache.get("named")["b"].shape == (2,)
+
+
+def test_an_engine_without_it_keeps_nothing(minilm_fp32):
+    with Engine.load(minilm_fp32.path) as engine:
+        engine.embed(QUERIES)
+        _, counts = _ran(engine, lambda: engine.embed(QUERIES))
+    assert counts == {"items": 5, "batch_rows": 5, "cached_items": 0}
+
+
+@pytest.mark.parametrize("value", [-1.0, float("inf"), float("nan")])
+def test_a_bad_size_is_refused_naming_the_setting(value):
+    with pytest.raises(ValueError, match=f"result_cache_mb must be 0 \\(off\\) or more, and finite, got {value}"):
+        EngineConfig(result_cache_mb=value)
+
+
+def test_served_with_the_flag_and_counted_in_metrics(minilm_fp32, st_model):
+    engine = Engine.load(minilm_fp32.path, result_cache_mb=1)
+    with running_server(create_app(ServerSettings(), ready_registry(minilm=engine))) as url:
+        bodies = [httpx.post(f"{url}/v1/embeddings", json={"input": QUERIES, "model": "minilm"}, timeout=60)
+                  for _ in range(2)]
+        assert [b.status_code for b in bodies] == [200, 200]
+        assert bodies[0].json()["usage"] == bodies[1].json()["usage"]  # usage counts the tokens, run or kept
+        vectors = np.array([d["embedding"] for d in bodies[1].json()["data"]])
+        assert _cosines(vectors, st_model.encode(QUERIES)).min() >= 0.99999
+        assert metric(url, "encoderrt_cached_items_total", 'model="minilm"') == len(QUERIES)
+    engine.close()
