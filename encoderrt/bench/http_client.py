@@ -50,10 +50,17 @@ class Connection:
 
     async def post_json(self, path: str, payload: Any) -> Reply:
         body = json.dumps(payload, separators=(",", ":")).encode()
-        head = (f"POST {self._prefix}{path} HTTP/1.1\r\nhost: {self._authority}\r\n"
-                f"content-type: application/json\r\naccept-encoding: identity\r\ncontent-length: {len(body)}\r\n\r\n")
+        return await self._request(f"POST {self._prefix}{path} HTTP/1.1\r\nhost: {self._authority}\r\n"
+                                   f"content-type: application/json\r\naccept-encoding: identity\r\n"
+                                   f"content-length: {len(body)}\r\n\r\n".encode() + body)
+
+    async def get(self, path: str) -> Reply:
+        return await self._request(f"GET {self._prefix}{path} HTTP/1.1\r\nhost: {self._authority}\r\n"
+                                   "accept-encoding: identity\r\n\r\n".encode())
+
+    async def _request(self, request: bytes) -> Reply:
         try:
-            return await asyncio.wait_for(self._exchange(head.encode() + body), self._timeout)
+            return await asyncio.wait_for(self._exchange(request), self._timeout)
         except asyncio.TimeoutError:
             await self.close()
             raise HttpError(f"no reply from {self._host}:{self._port} within {self._timeout:.0f} s") from None

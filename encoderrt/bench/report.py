@@ -115,6 +115,7 @@ class Report:
             "ratio_to_batched": self._ratio_to_batched(m),
             "engine_efficiency": _median_ratio(m.rates, self.raw.get(m.workload, {}).get(m.concurrency, []))
             if m.mode == "engine" else None,
+            "cached_share": run.cached_share,
             "achieved_gflops": achieved,
             "ceiling_fraction": achieved / ceiling.gflops if ceiling else None,
         }
@@ -230,6 +231,12 @@ class Report:
         if over_http:
             lines += ["", "gRPC streams against HTTP requests, as many in flight (tokens/s): " + ", ".join(
                 f"{workload} at {clients} {ratio:.2f}×" for workload, clients, ratio in over_http)]
+        cached = [r for _, r in rows if r["cached_share"]]
+        if cached:
+            lines += ["", "The server answered some of these items from its result cache (--result-cache-mb), without "
+                      "running them: the bench repeats its texts, so those figures measure the cache, not the model: "
+                      + ", ".join(f"{r['workload']} {r['mode']} at {r['concurrency']} {r['cached_share'] * 100:.0f}%"
+                                  for r in cached) + "."]
         bounds = [(run, r) for run, r in rows if r["client_bound"] is not None]
         if bounds:
             lines += ["", "The load's clients run on the cores they measure: what they take, against the engine's CPU "

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
@@ -57,6 +59,10 @@ class RunResult:
     server_cpu_s: ServerCpu | None = None
     """The server's CPU time during an HTTP run; None where the bench did not start the server (`--url`) or cannot
     read it (not Linux)."""
+    cached_share: float | None = None
+    """The share of the server's items in an HTTP run that its result cache answered without running them
+    (`--result-cache-mb`; a closed loop repeats its texts, so such a run measures the cache, not the model); None
+    where the server's /metrics cannot be read."""
     bench_cpu_s: float | None = None
     """The bench process's own CPU time during the run: in an engine run, the engine's and its callers'; in an HTTP
     or gRPC run, the clients'. The load runs on the cores it measures, so a server's clients take CPU that the
@@ -200,10 +206,17 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float,
                     base64.b64decode(item["embedding" if path == "/v1/embeddings" else "data"])
             return _usage_tokens(payload)
 
+        counters = Connection(url)
+        before = await _server_items(counters)
         try:
-            return await closed_loop(call, workload, concurrency, duration, RunResult(workload.name, "http", concurrency))
+            result = await closed_loop(call, workload, concurrency, duration, RunResult(workload.name, "http", concurrency))
         finally:
             await asyncio.gather(*(connection.close() for connection in idle))
+        after = await _server_items(counters)
+        await counters.close()
+        if before is not None and after is not None and after[0] > before[0]:
+            result.cached_share = (after[1] - before[1]) / (after[0] - before[0])
+        return result
 
     before, cpu = server_cpu() if server_cpu else None, time.process_time()
     result = asyncio.run(main())
@@ -212,6 +225,22 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float,
     if before is not None and after is not None:
         result.server_cpu_s = ServerCpu(*(b - a for a, b in zip(before, after)))
     return result
+
+
+async def _server_items(connection: Connection) -> tuple[float, float] | None:
+    """The items a server's engines took so far, and how many of them its result cache answered (its /metrics,
+    every model together); None where /metrics cannot be read (an older server, or one behind a key)."""
+    try:
+        reply = await connection.get("/metrics")
+    except HttpError:
+        return None
+    if reply.status != 200:
+        return None
+    totals = {"encoderrt_engine_items": 0.0, "encoderrt_cached_items": 0.0}
+    for family in text_string_to_metric_families(reply.body.decode(errors="replace")):
+        if family.name in totals:
+            totals[family.name] += sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
+    return totals["encoderrt_engine_items"], totals["encoderrt_cached_items"]
 
 
 def grpc_answers(workload: Workload) -> bool:

@@ -102,6 +102,7 @@ def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path, cap
             most = (row["seconds"] * report["cpu"]["cores"] + 0.02) * 1000 / row["requests"]
             assert 0 < loop <= cpu <= most, row
         assert row["ratio_to_reference"] == row["ratios_to_references"]["torch"]
+        assert row["cached_share"] == (None if row["mode"] == "engine" else 0.0)  # its own server keeps no answers
     assert report["results"][0]["padding_efficiency"] > 0.5
     engine_rows = [r for r in report["results"] if r["mode"] == "engine"]
     raw = report["backend_alone"]["passages"]["tokens_per_s"]
@@ -304,6 +305,26 @@ def test_closed_loop_refuses_fewer_requests_than_clients():
 
     with pytest.raises(ValueError, match="would be in flight twice"):
         asyncio.run(closed_loop(call, workload, len(workload.requests) + 1, 0.1, RunResult("rerank", "engine", 1)))
+
+
+def test_a_servers_result_cache_is_reported_as_what_the_figures_measure(tiny_artifacts, tmp_path, capsys):
+    """`--url` against a server that keeps answers: the warm-up pass fills its cache, and every item of the measured
+    round is answered from it (its /metrics says so), which the report says beside the figures."""
+    from encoderrt.server import ServerSettings, create_app
+    from server_helpers import ready_registry, running_server
+
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=256, result_cache_mb=4)
+    out = tmp_path / "report"
+    with running_server(create_app(ServerSettings(), ready_registry(st=engine))) as url:
+        code = main(["bench", str(tiny_artifacts["st-cls"]), "--url", url, "--mode", "http", "--workload", "queries",
+                     "--concurrency", "2", "--duration", "0", "--scale", "0.05", "--out", str(out)])
+    engine.close()
+    assert code == 0, capsys.readouterr().err[-3000:]
+    rows = json.loads((out / "report.json").read_text())["results"]
+    assert [(r["workload"], r["cached_share"]) for r in rows] == [("queries", 1.0), ("queries-batched", 1.0)]
+    assert ("from its result cache (--result-cache-mb), without running them: the bench repeats its texts, so those "
+            "figures measure the cache, not the model: queries http at 2 100%, queries-batched http at 2 100%."
+            ) in (out / "report.md").read_text().replace("\n", " ")
 
 
 def test_server_cpu_is_a_median_over_rounds_and_a_grpc_run_has_no_event_loop_figure():
