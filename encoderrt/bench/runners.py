@@ -209,7 +209,8 @@ def run_http(url: str, workload: Workload, concurrency: int, duration: float,
         counters = Connection(url)
         before = await _server_items(counters)
         try:
-            result = await closed_loop(call, workload, concurrency, duration, RunResult(workload.name, "http", concurrency))
+            result = await closed_loop(call, workload, concurrency, duration,
+                                       RunResult(workload.name, "http", concurrency))
         finally:
             await asyncio.gather(*(connection.close() for connection in idle))
         after = await _server_items(counters)
