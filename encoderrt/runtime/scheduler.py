@@ -33,7 +33,7 @@ from encoderrt.runtime.backends import Backend
 from encoderrt.runtime.backends.base import Batch, Padder
 from encoderrt.runtime.errors import EngineClosed, InferenceFailed, InvalidRequest, Overloaded
 from encoderrt.runtime.manifest import PER_TOKEN_OUTPUTS
-from encoderrt.runtime.result_cache import ResultCache
+from encoderrt.runtime.result_cache import ResultCache, row_key
 from encoderrt.runtime.stats import EngineStats
 from encoderrt.runtime.tokenizer import Tokens
 from encoderrt.runtime.waiting import WaitingRow, WaitingRows
@@ -283,7 +283,7 @@ class Scheduler:
         assert self._cache is not None
         missing, completed = [], None
         for index, tokens, key in keyed:
-            answer = self._cache.get((key, ticket.named))
+            answer = self._cache.get(row_key(tokens, ticket.named))
             if answer is None:
                 missing.append((index, tokens, key))
             else:
@@ -442,7 +442,7 @@ class Scheduler:
                 answer = (_row_outputs(result, ticket.named, i, len(row.tokens.ids)) if ticket.named
                           else result[first][i])
                 if self._cache is not None:  # before the callers hear: a request that follows their answer hits
-                    self._cache.put((row.key, ticket.named), answer)
+                    self._cache.put(row_key(row.tokens, ticket.named), answer)
                 completed = ticket.deliver(index, answer)
                 if completed is not None:
                     answers.append((ticket, completed, None))

@@ -9,7 +9,8 @@ import pytest
 
 from encoderrt import Engine
 from encoderrt.runtime.config import EngineConfig
-from encoderrt.runtime.result_cache import ResultCache
+from encoderrt.runtime.result_cache import ENTRY_BYTES, ResultCache, row_key
+from encoderrt.runtime.tokenizer import Tokens
 from encoderrt.server import ServerSettings, create_app
 from server_helpers import metric, ready_registry, running_server
 
@@ -138,19 +139,31 @@ def test_cross_encoder_pairs(tiny_artifacts, tiny_models):
 
 
 def test_least_recently_used_answers_go_first_within_the_bound():
-    row = np.arange(4, dtype=np.float32)  # 16 bytes
-    cache = ResultCache(3 * row.nbytes)
-    for key in "abc":
-        cache.put(key, row + ord(key))
-    assert cache.get("a")[0] == ord("a")  # now the most recently used
-    cache.put("d", row)
-    assert cache.get("b") is None and len(cache) == 3 and cache.nbytes == 3 * row.nbytes
-    assert {key for key in "acd" if cache.get(key) is not None} == {"a", "c", "d"}
-    cache.put("huge", np.zeros(100, np.float32))  # bigger than the whole bound: not kept, nothing evicted
-    assert cache.get("huge") is None and len(cache) == 3
+    row = np.arange(4, dtype=np.float32)
+    entry = 1 + row.nbytes + ENTRY_BYTES  # a one-byte key, 16 bytes of data, the entry's own cost
+    cache = ResultCache(3 * entry)
+    for key in b"abc":
+        cache.put(bytes([key]), row + key)
+    assert cache.get(b"a")[0] == ord("a")  # now the most recently used
+    cache.put(b"d", row)
+    assert cache.get(b"b") is None and len(cache) == 3 and cache.nbytes == 3 * entry
+    assert {key for key in (b"a", b"c", b"d") if cache.get(key) is not None} == {b"a", b"c", b"d"}
+    cache.put(b"huge", np.zeros(3 * entry, np.uint8))  # bigger than the whole bound: not kept, nothing evicted
+    assert cache.get(b"huge") is None and len(cache) == 3
     named = {"a": np.zeros(2, np.float32), "b": np.zeros(2, np.float32)}
-    cache.put("named", named)
-    assert cache.nbytes <= cache.max_bytes and cache.get("named")["b"].shape == (2,)
+    cache.put(b"n", named)
+    assert cache.nbytes <= cache.max_bytes and cache.get(b"n")["b"].shape == (2,) and cache.get(b"a") is None
+
+
+def test_a_rows_key_holds_all_of_the_row_and_the_outputs_asked_for():
+    row = Tokens([101, 7592, 102], [0, 0, 0])
+    variants = [row._replace(ids=[101, 7593, 102]), row._replace(type_ids=[0, 1, 1]), row._replace(pooling_start=1),
+                row._replace(adapter=2), row._replace(attended=2), Tokens([101, 7592], [0, 0])]
+    keys = {row_key(variant, ()) for variant in variants} | {row_key(row, ()), row_key(row, ("token_embeddings",))}
+    assert len(keys) == len(variants) + 2
+    assert row_key(Tokens([101, 7592, 102], [0, 0, 0]), ()) == row_key(row, ())
+    # ids and segment ids are one run of bytes: the length keeps [1, 2] + [0] apart from [1] + [2, 0]
+    assert row_key(Tokens([1, 2], [0, 0]), ()) != row_key(Tokens([1], [2]), ())
 
 
 def test_an_engine_without_it_keeps_nothing(minilm_fp32):
