@@ -155,15 +155,6 @@ def _settle(future: Future | asyncio.Future, result: Completed | None = None,
         pass
 
 
-_Keyed = tuple[int, Tokens, tuple]
-"""A submitted row: its index in the submission, its tokens, its key (`_row_key`)."""
-
-
-def _row_key(tokens: Tokens) -> tuple:
-    """What makes two rows the same computation: all of the row as it runs."""
-    return (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
-
-
 def _named_outputs(rows: Sequence[WaitingRow]) -> set[str]:
     """The outputs the rows' callers name (a batch that returns any runs on a stream, never alone)."""
     return {name for row in rows for ticket, _ in row.consumers for name in ticket.named}
@@ -245,16 +236,16 @@ class Scheduler:
             rows = self._with_empty_rows(rows)
         if len(rows) > self.admission.max_items:
             raise InvalidRequest(f"a request of {len(rows)} items is larger than the engine's queue ({self.admission.max_items} items)")
-        keyed = [(index, tokens, _row_key(tokens)) for index, tokens in enumerate(rows)]
+        pending = list(enumerate(rows))
         if self._cache is not None and not self._closed:
-            keyed = self._answer_cached(ticket, keyed)
-            if not keyed:
+            pending = self._answer_cached(ticket, pending)
+            if not pending:
                 return ticket.future
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
             try:
-                self.admission.check(self._pending_items, self._rows.tokens, len(keyed))
+                self.admission.check(self._pending_items, self._rows.tokens, len(pending))
             except Overloaded:
                 self._stats.add(overloaded=1)
                 raise
@@ -264,31 +255,32 @@ class Scheduler:
             self._last_arrival = now
             self._submissions += 1
             duplicates = 0
-            for index, tokens, key in keyed:
+            for index, tokens in pending:
+                key = (tuple(tokens.ids), tuple(tokens.type_ids), *tokens[2:])
                 row = self._rows.get(key)
                 if row is None:
                     row = self._rows.add(tokens, key)
                 else:
                     duplicates += 1
                 row.consumers.append((ticket, index))
-            self._pending_items += len(keyed)
-            self._stats.add(items=len(keyed), deduplicated_items=duplicates, queue_depth=len(keyed))
+            self._pending_items += len(pending)
+            self._stats.add(items=len(pending), deduplicated_items=duplicates, queue_depth=len(pending))
             if not self._alone:  # a worker woken now would only wait again: the lone run's end wakes them all
                 self._cond.notify()
         return ticket.future
 
-    def _answer_cached(self, ticket: _Ticket, keyed: list[_Keyed]) -> list[_Keyed]:
+    def _answer_cached(self, ticket: _Ticket, rows: list[tuple[int, Tokens]]) -> list[tuple[int, Tokens]]:
         """Fill the ticket's slots whose rows the result cache holds, settling it if that was all of them; returns
-        the rows still to run. A request answered whole never queues, so it counts as no arrival."""
+        the (index, row) still to run. A request answered whole never queues, so it counts as no arrival."""
         assert self._cache is not None
         missing, completed = [], None
-        for index, tokens, key in keyed:
+        for index, tokens in rows:
             answer = self._cache.get(row_key(tokens, ticket.named))
             if answer is None:
-                missing.append((index, tokens, key))
+                missing.append((index, tokens))
             else:
                 completed = ticket.deliver(index, answer)
-        if hits := len(keyed) - len(missing):
+        if hits := len(rows) - len(missing):
             self._stats.add(items=hits, cached_items=hits)
         if completed is not None:
             _settle(ticket.future, completed)  # on the caller's own thread: the loop's, for an awaiting caller
