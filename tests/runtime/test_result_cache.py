@@ -138,6 +138,39 @@ def test_cross_encoder_pairs(tiny_artifacts, tiny_models):
     np.testing.assert_allclose(first + other, expected, atol=1e-3)
 
 
+DOCUMENTS = ["the amazon rainforest covers much of the amazon basin", "der schnelle braune fuchs", "café",
+             "Paris is the capital and largest city of France.", " ".join(["fox jumps over the lazy dog."] * 30)]
+
+
+def test_a_documents_vectors_are_kept_for_the_next_querys_rerank(cached, st_model):
+    """An embedding model's rerank embeds each document apart from the query: the next query's rerank of the same
+    candidates runs its query alone, and ranks as sentence-transformers' cosine similarities do."""
+    cached.rerank("where is the amazon rainforest", DOCUMENTS)
+    ranked, counts = _ran(cached, lambda: cached.rerank("what is the capital of france", DOCUMENTS))
+    assert counts == {"items": 6, "batch_rows": 1, "cached_items": 5}
+    similarities = st_model.similarity(st_model.encode("what is the capital of france"), st_model.encode(DOCUMENTS))
+    assert [i for i, _ in ranked] == np.argsort(-similarities.numpy()[0], kind="stable").tolist()
+    np.testing.assert_allclose([score for _, score in sorted(ranked)], similarities.numpy()[0], atol=1e-5)
+
+
+def test_a_multi_vector_documents_token_vectors_are_kept_for_the_next_query(tiny_dir, compile_artifact, tmp_path):
+    """ColBERT: the documents' per-token vectors are the kept answers; MaxSim against the next query is
+    MultiVectorEncoder's own."""
+    from sentence_transformers import MultiVectorEncoder
+
+    import tiny_models as tm
+
+    folder = tm.colbert_folder(tiny_dir / "colbert-classic")
+    reference = MultiVectorEncoder(str(folder), device="cpu")
+    queries = ["where is the amazon rainforest?", "fox"]
+    expected = reference.similarity(reference.encode_query(queries), reference.encode_document(DOCUMENTS)).numpy()
+    with Engine.load(compile_artifact(folder, tmp_path / "out").path, result_cache_mb=1) as engine:
+        first = engine.score(queries[0], DOCUMENTS)
+        second, counts = _ran(engine, lambda: engine.score(queries[1], DOCUMENTS))
+    assert counts == {"items": 6, "batch_rows": 1, "cached_items": 5}
+    assert np.abs(np.array([first, second]) - expected).max() <= 1e-3
+
+
 def test_least_recently_used_answers_go_first_within_the_bound():
     row = np.arange(4, dtype=np.float32)
     entry = 1 + row.nbytes + ENTRY_BYTES  # a one-byte key, 16 bytes of data, the entry's own cost
