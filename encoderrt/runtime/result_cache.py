@@ -35,7 +35,7 @@ def row_key(tokens: Tokens, outputs: tuple[str, ...]) -> bytes:
 
 
 def _nbytes(answer: Answer) -> int:
-    return answer.nbytes if isinstance(answer, np.ndarray) else sum(array.nbytes for array in answer.values())
+    return answer.nbytes if isinstance(answer, np.ndarray) else sum(output.nbytes for output in answer.values())
 
 
 def _size(key: bytes, answer: Answer) -> int:
@@ -44,7 +44,7 @@ def _size(key: bytes, answer: Answer) -> int:
 
 def _copy(answer: Answer) -> Answer:
     """Callers own what they get (a plan may work in place), and the table owns what it keeps."""
-    return answer.copy() if isinstance(answer, np.ndarray) else {name: array.copy() for name, array in answer.items()}
+    return answer.copy() if isinstance(answer, np.ndarray) else {name: output.copy() for name, output in answer.items()}
 
 
 class ResultCache:
