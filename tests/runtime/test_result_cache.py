@@ -223,3 +223,55 @@ def test_served_with_the_flag_and_counted_in_metrics(minilm_fp32, st_model):
         assert _cosines(vectors, st_model.encode(QUERIES)).min() >= 0.99999
         assert metric(url, "encoderrt_cached_items_total", 'model="minilm"') == len(QUERIES)
     engine.close()
+
+
+def test_callers_at_once_with_cancellations_and_evictions_each_get_their_own_answers(minilm_fp32, st_model):
+    """Threads and async callers ask for overlapping texts at once (identical rows waiting together, hits, misses),
+    a fifth of the async ones are cancelled while they wait, and the table holds a few dozen answers, so evictions
+    run under contention: every answer that arrives is its own text's, in order, as sentence-transformers gives it,
+    and afterwards nothing waits and the engine still answers."""
+    import concurrent.futures
+    import random
+
+    pool = [f"{topic} question number {i}" for i, topic in enumerate(["river", "bread", "database", "flu"] * 15)]
+    reference = dict(zip(pool, st_model.encode(pool, normalize_embeddings=True)))
+    kept = 40 * (384 * 4 + 64 + ENTRY_BYTES) / 2**20  # about 40 pooled answers of this model: evicting all along
+    checked = {"answers": 0, "cancelled": 0}
+
+    def check(texts, vectors):
+        assert vectors.shape == (len(texts), 384)
+        assert _cosines(vectors, np.stack([reference[t] for t in texts])).min() >= 0.99999, texts
+        checked["answers"] += len(texts)
+
+    with Engine.load(minilm_fp32.path, result_cache_mb=kept) as engine:
+        def sync_caller(seed):
+            rng = random.Random(seed)
+            for _ in range(25):
+                texts = rng.choices(pool, k=rng.randint(1, 6))
+                check(texts, engine.embed(texts))
+
+        async def async_caller(rng):
+            for _ in range(25):
+                texts = rng.choices(pool, k=rng.randint(1, 6))
+                if rng.random() < 0.2:
+                    task = asyncio.ensure_future(engine.aembed(texts))
+                    await asyncio.sleep(rng.random() * 0.004)
+                    if task.cancel():
+                        checked["cancelled"] += 1
+                        continue
+                    check(texts, await task)
+                else:
+                    check(texts, await engine.aembed(texts))
+
+        async def async_callers():
+            await asyncio.gather(*(async_caller(random.Random(seed)) for seed in range(24)))
+
+        with concurrent.futures.ThreadPoolExecutor(4) as threads:
+            done = [threads.submit(sync_caller, seed) for seed in range(100, 104)]
+            asyncio.run(async_callers())
+            for future in done:
+                future.result()
+        stats = engine.stats.snapshot()
+        assert stats["queue_depth"] == 0
+        assert stats["cached_items"] > 0 and checked["cancelled"] > 0 and checked["answers"] > 500
+        check(pool[:3], engine.embed(pool[:3]))
