@@ -1,0 +1,135 @@
+"""What the server's own Python costs a one-query request, without the model, the sockets or uvicorn: the app is
+called in process as uvicorn calls it, with every answer taken from the result cache, against the engine's own
+`aembed` of the same query (what a caller in process pays), in alternating rounds of one process (issue 35's front
+end: the server's cost over the engine's).
+
+    python benchmarks/front_end.py [--artifact DIR] [--requests 3000] [--rounds 5] [--profile 25]
+
+Prints microseconds a request for each route, the engine's call and a bare ASGI app's (what calling any app costs
+here), and each route's ratio to the engine's call (the ratio travels between machines; the times do not).
+`--profile N` adds cProfile's N costliest functions for the first route. Under a real load the event loop costs more
+than this (the model's threads take the caches and the cores), but what is cut here is cut there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from encoderrt import Engine
+from encoderrt.compile.cache import artifact_for
+from encoderrt.server import ServerSettings, create_app
+from encoderrt.server.connections import BODY_IN, CLIENT_GONE, ClientGone
+from encoderrt.server.registry import ModelRegistry
+
+QUERY = "how do rivers form"
+BODIES: dict[str, dict[str, Any]] = {
+    "/v1/embeddings": {"input": QUERY, "model": "model"},
+    "/embed": {"inputs": QUERY},
+    "/v2/embed": {"texts": [QUERY], "input_type": "search_query", "embedding_types": ["float"]},
+}
+"""One query per request, in three dialects of an embedding model."""
+
+
+def scope(path: str, body: bytes) -> dict[str, Any]:
+    """A request's scope as `encoderrt serve`'s protocol (server/connections.py) hands it to the app."""
+    headers = [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"), (b"accept", b"*/*"),
+               (b"content-length", str(len(body)).encode())]
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 50000), "scheme": "http", "method": "POST",
+            "root_path": "", "path": path, "raw_path": path.encode(), "query_string": b"", "headers": headers,
+            "state": {}, CLIENT_GONE: ClientGone(), BODY_IN: True}
+
+
+async def call(app: Any, path: str, body: bytes) -> int:
+    """One request through `app`; the size of its reply's body."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope(path, body), receive, send)
+    if sent[0]["status"] != 200:
+        raise SystemExit(f"{path} answered {sent[0]['status']}: {sent[-1].get('body', b'')[:300]!r}")
+    return sum(len(m.get("body", b"")) for m in sent[1:])
+
+
+def bare_app(reply: bytes) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        message = await receive()
+        while message.get("more_body"):
+            message = await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(reply)).encode())]})
+        await send({"type": "http.response.body", "body": reply})
+
+    return app
+
+
+async def seconds_a_request(app: Any, path: str, body: bytes, requests: int) -> float:
+    started = time.perf_counter()
+    for _ in range(requests):
+        await call(app, path, body)
+    return (time.perf_counter() - started) / requests
+
+
+async def engine_seconds(engine: Engine, requests: int) -> float:
+    started = time.perf_counter()
+    for _ in range(requests):
+        await engine.aembed([QUERY])
+    return (time.perf_counter() - started) / requests
+
+
+async def measure(app: Any, engine: Engine, requests: int, rounds: int, profile: int) -> None:
+    bodies = {path: json.dumps(payload).encode() for path, payload in BODIES.items()}
+    reply = b"x" * await call(app, "/v1/embeddings", bodies["/v1/embeddings"])  # the first call fills the cache
+    times: dict[str, list[float]] = {path: [] for path in (*bodies, "engine", "bare")}
+    for _ in range(rounds):
+        times["engine"].append(await engine_seconds(engine, requests))
+        times["bare"].append(await seconds_a_request(bare_app(reply), "/v1/embeddings", b"{}", requests))
+        for path, body in bodies.items():
+            times[path].append(await seconds_a_request(app, path, body, requests))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"medians of {rounds} alternating rounds of {requests} one-query requests, every answer from the cache")
+    print(f"{'':<16} {'us':>8} {'/ engine':>9}")
+    for name in ("engine", "bare", *bodies):
+        print(f"{name:<16} {median[name] * 1e6:8.1f} {median[name] / median['engine']:9.2f}")
+    if profile:
+        path = next(iter(bodies))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await seconds_a_request(app, path, bodies[path], requests)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(profile)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--artifact", type=Path, help="an embedding model's artifact or folder (default: the bundled "
+                        "all-MiniLM-L6-v2)")
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N")
+    args = parser.parse_args()
+    artifact, _ = artifact_for(args.artifact)
+    with Engine.load(artifact, result_cache_mb=16) as engine:
+        if engine.info.task != "embed":
+            raise SystemExit(f"{artifact} serves {engine.info.task}; this measures an embedding model's routes")
+        models = ModelRegistry()
+        models.add("model", engine)
+        models.mark_ready()
+        asyncio.run(measure(create_app(ServerSettings(), models), engine, args.requests, args.rounds, args.profile))
+
+
+if __name__ == "__main__":
+    main()
