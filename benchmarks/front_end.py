@@ -3,11 +3,17 @@ called in process as uvicorn calls it, with every answer taken from the result c
 `aembed` of the same query (what a caller in process pays), in alternating rounds of one process (issue 35's front
 end: the server's cost over the engine's).
 
-    python benchmarks/front_end.py [--artifact DIR] [--requests 3000] [--rounds 5] [--profile 25]
+    python benchmarks/front_end.py [--artifact DIR] [--requests 2000] [--rounds 7] [--profile 25]
+                                   [--check BASELINE.json [--tolerance 0.15]] [--write-baseline BASELINE.json]
 
 Prints microseconds a request for each route, the engine's call and a bare ASGI app's (what calling any app costs
-here), and each route's ratio to the engine's call (the ratio travels between machines; the times do not).
-`--profile N` adds cProfile's N costliest functions for the first route. Under a real load the event loop costs more
+here), and each route's speed against the engine's call (`front_end/ROUTE/vs_engine`: the engine's time over the
+route's, as the bench's HTTP-against-engine ratios read; the ratio travels between machines, the times do not).
+`--check` holds those ratios to a baseline as `encoderrt bench --check` does (bench/baseline.py: a floor for every
+CPU, or this CPU tier's record), and CI runs it: sending the dialects' routes back through FastAPI's whole stack
+took them from 2.5-2.9x the engine's call to 3.5-4.2x, which the bench's own HTTP figures under load barely show
+(0.85 -> 0.82x the engine at 32 clients, within their noise). `--profile N` adds cProfile's N costliest functions
+for the first route. Under a real load the event loop costs more
 than this (the model's threads take the caches and the cores), but what is cut here is cut there.
 """
 
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from encoderrt import Engine
+from encoderrt.bench import baseline as baselines
+from encoderrt.bench.ceiling import cpu_description, cpu_tier
 from encoderrt.compile.cache import artifact_for
 from encoderrt.server import ServerSettings, create_app
 from encoderrt.server.connections import BODY_IN, CLIENT_GONE, ClientGone
@@ -90,7 +98,8 @@ async def engine_seconds(engine: Engine, requests: int) -> float:
     return (time.perf_counter() - started) / requests
 
 
-async def measure(app: Any, engine: Engine, requests: int, rounds: int, profile: int) -> None:
+async def measure(app: Any, engine: Engine, requests: int, rounds: int, profile: int) -> dict[str, float]:
+    """Each route's `vs_engine` ratio, after printing the figures."""
     bodies = {path: json.dumps(payload).encode() for path, payload in BODIES.items()}
     reply = b"x" * await call(app, "/v1/embeddings", bodies["/v1/embeddings"])  # the first call fills the cache
     times: dict[str, list[float]] = {path: [] for path in (*bodies, "engine", "bare")}
@@ -101,7 +110,7 @@ async def measure(app: Any, engine: Engine, requests: int, rounds: int, profile:
             times[path].append(await seconds_a_request(app, path, body, requests))
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"medians of {rounds} alternating rounds of {requests} one-query requests, every answer from the cache")
-    print(f"{'':<16} {'us':>8} {'/ engine':>9}")
+    print(f"{'':<16} {'us':>8} {'x engine':>9}")
     for name in ("engine", "bare", *bodies):
         print(f"{name:<16} {median[name] * 1e6:8.1f} {median[name] / median['engine']:9.2f}")
     if profile:
@@ -111,16 +120,22 @@ async def measure(app: Any, engine: Engine, requests: int, rounds: int, profile:
         await seconds_a_request(app, path, bodies[path], requests)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(profile)
+    return {f"front_end{path}/vs_engine": round(median["engine"] / median[path], 4) for path in bodies}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--artifact", type=Path, help="an embedding model's artifact or folder (default: the bundled "
                         "all-MiniLM-L6-v2)")
-    parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
+    parser.add_argument("--check", type=Path, metavar="BASELINE.json", help="exit 1 if a ratio regressed")
+    parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--write-baseline", type=Path, metavar="BASELINE.json")
     args = parser.parse_args()
+    tier = cpu_tier(cpu_description()["flags"])
+    baseline = baselines.read_baseline(args.check, tier) if args.check else None  # a bad file fails before measuring
     artifact, _ = artifact_for(args.artifact)
     with Engine.load(artifact, result_cache_mb=16) as engine:
         if engine.info.task != "embed":
@@ -128,7 +143,17 @@ def main() -> None:
         models = ModelRegistry()
         models.add("model", engine)
         models.mark_ready()
-        asyncio.run(measure(create_app(ServerSettings(), models), engine, args.requests, args.rounds, args.profile))
+        ratios = asyncio.run(measure(create_app(ServerSettings(), models), engine, args.requests, args.rounds,
+                                     args.profile))
+    if args.write_baseline:
+        baselines.write_baseline(args.write_baseline, ratios, f"benchmarks/front_end.py on {artifact.name}; "
+                                 f"{cpu_description()['model']} ({tier})", tier)
+    if baseline is None:
+        return
+    comparisons = baselines.compare(baseline, ratios, args.tolerance)
+    print(baselines.format_comparisons(comparisons, args.tolerance))
+    if failed := [c.name for c in comparisons if not c.passed]:
+        raise SystemExit(f"the front end regressed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
