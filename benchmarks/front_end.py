@@ -3,7 +3,7 @@ called in process as uvicorn calls it, with every answer taken from the result c
 `aembed` of the same query (what a caller in process pays), in alternating rounds of one process (issue 35's front
 end: the server's cost over the engine's).
 
-    python benchmarks/front_end.py [--artifact DIR] [--requests 2000] [--rounds 7] [--profile 25]
+    python benchmarks/front_end.py [--artifact DIR] [--requests 200] [--rounds 40] [--profile 25]
                                    [--check BASELINE.json [--tolerance 0.15]] [--write-baseline BASELINE.json]
 
 Prints microseconds a request for each route, the engine's call and a bare ASGI app's (what calling any app costs
@@ -13,8 +13,10 @@ route's, as the bench's HTTP-against-engine ratios read; the ratio travels betwe
 CPU, or this CPU tier's record), and CI runs it: sending the dialects' routes back through FastAPI's whole stack
 took them from 2.5-2.9x the engine's call to 3.5-4.2x, which the bench's own HTTP figures under load barely show
 (0.85 -> 0.82x the engine at 32 clients, within their noise). `--profile N` adds cProfile's N costliest functions
-for the first route. Under a real load the event loop costs more
-than this (the model's threads take the caches and the cores), but what is cut here is cut there.
+for the first route. The rounds are short and many because this VM's speed drifts within seconds: 7 rounds of
+2,000 requests measured /embed at 0.27-0.42 in three runs of one quiet hour, 40 rounds of 200 at 0.37-0.42 in
+six (2-core AVX2 EPYC). The start-up heap is frozen as `encoderrt serve` freezes it. Under a real load the event
+loop costs more than this (the model's threads take the caches and the cores), but what is cut here is cut there.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from encoderrt import Engine
 from encoderrt.bench import baseline as baselines
 from encoderrt.bench.ceiling import cpu_description, cpu_tier
 from encoderrt.compile.cache import artifact_for
+from encoderrt.runtime.heap import freeze_startup_heap
 from encoderrt.server import ServerSettings, create_app
 from encoderrt.server.connections import BODY_IN, CLIENT_GONE, ClientGone
 from encoderrt.server.registry import ModelRegistry
@@ -127,8 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--artifact", type=Path, help="an embedding model's artifact or folder (default: the bundled "
                         "all-MiniLM-L6-v2)")
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--profile", type=int, default=0, metavar="N")
     parser.add_argument("--check", type=Path, metavar="BASELINE.json", help="exit 1 if a ratio regressed")
     parser.add_argument("--tolerance", type=float, default=0.15)
@@ -143,6 +146,7 @@ def main() -> None:
         models = ModelRegistry()
         models.add("model", engine)
         models.mark_ready()
+        freeze_startup_heap()  # as `encoderrt serve` does before its first request
         ratios = asyncio.run(measure(create_app(ServerSettings(), models), engine, args.requests, args.rounds,
                                      args.profile))
     if args.write_baseline:
