@@ -9,6 +9,7 @@ from encoderrt.cli import common
 from encoderrt.compile.cache import bundled_model, source_name
 from encoderrt.compile.errors import CompileError
 from encoderrt.compile.options import TENSORRT_BATCH_TOKENS, CompileOptions
+from encoderrt.compile.selection import speed
 from encoderrt.runtime.manifest import POOLINGS, SPARSE_POOLINGS, Manifest
 
 HELP = "compile a model folder into an artifact"
@@ -97,8 +98,8 @@ def summary(manifest, path: Path) -> str:
     ]
     for candidate in manifest.selection.get("candidates", ()):
         chosen = candidate == manifest.selection.get("chosen")
-        speed = f"{candidate['tokens_per_s']:.0f} tokens/s" if "tokens_per_s" in candidate else "not built"
-        lines.append(f"{'chosen' if chosen else 'measured':<10} {candidate['precision']} on {candidate['target']}: {speed}"
+        lines.append(f"{'chosen' if chosen else 'measured':<10} {candidate['precision']} on {candidate['target']}: "
+                     f"{speed(candidate)}"
                      + (f" ({candidate['reason']})" if candidate.get("reason") else ""))
     return "\n".join(lines)
 

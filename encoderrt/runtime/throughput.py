@@ -1,4 +1,4 @@
-"""A backend's raw speed on given batches, with as many batches in flight as it runs at once.
+"""A backend's raw speed on given batches, with as many batches in flight as it runs at once, and on a lone query.
 
 No tokenising, queueing or Futures: what the backend alone can do. Compile's choice of target and
 precision compares candidates with it, and the bench divides the engine's served throughput by it
@@ -8,6 +8,7 @@ precision compares candidates with it, and the bench divides the engine's served
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -70,3 +71,19 @@ def tokens_per_second(backend: Backend, batches: Sequence[Batch], rounds: int = 
     """Best of `rounds` passes after one warm-up pass (the first run of each shape allocates)."""
     pass_seconds(backend, batches)
     return real_tokens(batches) / min(pass_seconds(backend, batches) for _ in range(rounds))
+
+
+def lone_seconds(backend: Backend, rows: Sequence[Tokens], pad: Padder, rounds: int = 5) -> float:
+    """Median wall time of one row run as a lone query runs: a batch of its own, on every core where the backend
+    runs batches alone (the scheduler marks an idle engine's only batch so). Each row runs once before the timing
+    (the first run of a shape prepares it), then `rounds` times."""
+    batches = [Batch([row], pad, alone=True).ready(backend.capabilities) for row in rows]
+    for batch in batches:
+        backend.run(batch)
+    seconds = []
+    for _ in range(rounds):
+        for batch in batches:
+            start = time.perf_counter()
+            backend.run(batch)
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)

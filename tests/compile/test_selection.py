@@ -148,3 +148,74 @@ def test_fastest_takes_bf16_at_its_own_tolerance(tiny_models, tmp_path, monkeypa
     assert result.manifest.parity["max_abs_logit_diff"] <= 0.15
     assert "its own precision's tolerance" in result.manifest.selection["rule"]
     assert not any("ran" in note and "as fast as the chosen" in note for note in notes)
+
+
+def _slowed_alone(cls, monkeypatch, seconds=0.03):
+    """Make one backend class's lone runs (a batch marked alone, as an idle server runs a lone query) really
+    slower, and nothing else."""
+    real = cls.run
+
+    def slow(self, batch):
+        if batch.alone:
+            time.sleep(seconds)
+        return real(self, batch)
+
+    monkeypatch.setattr(cls, "run", slow)
+
+
+@pytest.mark.parametrize("openvino_faster_by, slow_alone, expected", [
+    (1.03, [OpenVinoBackend], "cpu"),  # as fast in batches, far slower alone: the lone query decides
+    (1.03, [OpenVinoBackend, OnnxRuntimeBackend], "openvino"),  # as fast alone too: the faster in batches
+    (1.10, [OpenVinoBackend], "openvino"),  # faster in batches by more than the tie: no lone query is timed
+], ids=["lone-query-decides", "lone-query-ties", "no-tie"])
+def test_of_candidates_as_fast_the_one_that_answers_a_lone_query_sooner_is_kept(
+        openvino_faster_by, slow_alone, expected, tiny_models, tmp_path, monkeypatch):
+    """Throughput within THROUGHPUT_TIE of the fastest is a tie (compile's measurement spreads by a few percent);
+    then each tied candidate is loaded as a server loads it, one at a time, and timed on lone queries, and one
+    LONE_GAIN sooner is kept, with the figures recorded and said."""
+    monkeypatch.setattr(openvino_backend, "native_bf16", lambda: False)  # two fp32 candidates, both exact
+    monkeypatch.setattr(selection, "pass_seconds",  # the batches' speed as measured: fixed, so the test is exact
+                        lambda backend, batches: 1.0 / (openvino_faster_by if "openvino" in backend.execution else 1))
+    for cls in slow_alone:
+        _slowed_alone(cls, monkeypatch)
+    alive, loads = set(), []
+    real_load = selection.load_backend
+
+    def load_backend(manifest, folder, backend_options):
+        backend = real_load(manifest, folder, backend_options)
+        if backend_options.lone_runs:
+            assert not alive, "a lone query is timed with one candidate loaded at a time"
+            alive.add(id(backend))
+            weakref.finalize(backend, alive.discard, id(backend))
+            loads.append(manifest.target)
+        return backend
+
+    monkeypatch.setattr(selection, "load_backend", load_backend)
+    notes: list[str] = []
+    reporter = StepReporter(quiet=True)
+    monkeypatch.setattr(reporter, "note", notes.append)
+    result = compile_model(CompileOptions(model_dir=tiny_models["st-cls"], output_dir=tmp_path / "out", quiet=True),
+                           reporter)
+    record = result.manifest.selection
+    records = {c["target"]: c for c in record["candidates"]}
+    assert result.manifest.target == record["chosen"]["target"] == expected
+    assert records["openvino"]["tokens_per_s"] == pytest.approx(openvino_faster_by * records["cpu"]["tokens_per_s"],
+                                                                rel=1e-3)
+    if openvino_faster_by > 1 + selection.THROUGHPUT_TIE:
+        assert loads == [] and not any("lone_query_ms" in c for c in records.values())
+        return
+    assert sorted(loads) == ["cpu", "openvino"]  # each with the copy that runs a lone batch, where it has cores
+    lone = {target: c["lone_query_ms"] for target, c in records.items()}
+    assert lone["openvino"] > 30 if OnnxRuntimeBackend not in slow_alone else min(lone.values()) > 30  # the sleeps
+    for target, c in records.items():
+        assert f"{'chosen' if target == expected else 'candidate'} fp32 on {target}: {c['tokens_per_s']:.0f} " \
+               f"tokens/s, a lone query {c['lone_query_ms']:.1f} ms" in notes
+    gain = lone["openvino"] / lone["cpu"]
+    said = [note for note in notes if "answers a lone query" in note]
+    if expected == "cpu":
+        assert gain >= selection.LONE_GAIN
+        assert said == [f"fp32 on cpu ran within 5% of fp32 on openvino's throughput and answers a lone query "
+                        f"{gain:.1f}x as fast; --target openvino --precision fp32 builds the other"]
+    else:
+        assert gain < selection.LONE_GAIN and said == []
+    assert "within 5% of it the one that answers a lone query 1.2x as fast" in record["rule"]
