@@ -14,8 +14,8 @@ CPU, or this CPU tier's record), and CI runs it: sending the dialects' routes ba
 took them from 2.5-2.9x the engine's call to 3.5-4.2x, which the bench's own HTTP figures under load barely show
 (0.85 -> 0.82x the engine at 32 clients, within their noise). `--profile N` adds cProfile's N costliest functions
 for the first route. The rounds are short and many because this VM's speed drifts within seconds: 7 rounds of
-2,000 requests measured /embed at 0.27-0.42 in three runs of one quiet hour, 40 rounds of 200 at 0.37-0.42 in
-six (2-core AVX2 EPYC). The start-up heap is frozen as `encoderrt serve` freezes it. Under a real load the event
+2,000 requests measured /embed at 0.27-0.42 in three runs within ten minutes, 40 rounds of 200 at 0.37-0.42
+in six (2-core AVX2 EPYC). The start-up heap is frozen as `encoderrt serve` freezes it. Under a real load the event
 loop costs more than this (the model's threads take the caches and the cores), but what is cut here is cut there.
 """
 
