@@ -73,17 +73,20 @@ def tokens_per_second(backend: Backend, batches: Sequence[Batch], rounds: int = 
     return real_tokens(batches) / min(pass_seconds(backend, batches) for _ in range(rounds))
 
 
-def lone_seconds(backend: Backend, rows: Sequence[Tokens], pad: Padder, rounds: int = 5) -> float:
-    """Median wall time of one row run as a lone query runs: a batch of its own, on every core where the backend
-    runs batches alone (the scheduler marks an idle engine's only batch so). Each row runs once before the timing
-    (the first run of a shape prepares it), then `rounds` times."""
-    batches = [Batch([row], pad, alone=True).ready(backend.capabilities) for row in rows]
-    for batch in batches:
-        backend.run(batch)
-    seconds = []
-    for _ in range(rounds):
-        for batch in batches:
-            start = time.perf_counter()
+def lone_seconds(backends: Sequence[Backend], rows: Sequence[Tokens], pad: Padder, rounds: int = 5) -> list[float]:
+    """Each backend's median wall time of one row run as a lone query runs: a batch of its own, on every core where
+    the backend runs batches alone (the scheduler marks an idle engine's only batch so). Each row runs once on each
+    before the timing (the first run of a shape prepares it), then `rounds` times, the backends in turn in each round
+    so that the machine's drift hits them alike."""
+    batches = [[Batch([row], pad, alone=True).ready(backend.capabilities) for row in rows] for backend in backends]
+    for backend, own in zip(backends, batches):
+        for batch in own:
             backend.run(batch)
-            seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+    seconds: list[list[float]] = [[] for _ in backends]
+    for _ in range(rounds):
+        for backend, own, times in zip(backends, batches, seconds):
+            for batch in own:
+                start = time.perf_counter()
+                backend.run(batch)
+                times.append(time.perf_counter() - start)
+    return [statistics.median(times) for times in seconds]
