@@ -26,10 +26,10 @@ from encoderrt.compile.options import TENSORRT_BATCH_TOKENS, CompileOptions
 from encoderrt.compile.parity import Probes, artifact_tokenizer, short_of_lossless
 from encoderrt.compile.progress import StepReporter
 from encoderrt.runtime.backends import STREAMS_ONLY, load_backend
-from encoderrt.runtime.backends.base import BackendOptions, Batch
+from encoderrt.runtime.backends.base import BackendOptions, Batch, Padder
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.throughput import length_sorted_batches, lone_seconds, pass_seconds, real_tokens
-from encoderrt.runtime.tokenizer import Tokens
+from encoderrt.runtime.tokenizer import TextTokenizer, Tokens
 
 PRECISIONS = {**cpu.PRECISIONS, "openvino": openvino.PRECISIONS, "tensorrt": tensorrt.PRECISIONS}
 """What each target can build, as its builder declares it."""
@@ -117,15 +117,9 @@ def long_rows_reason(manifest: Manifest) -> str | None:
             "OpenVINO's streams them")
 
 
-def measurement_rows(manifest: Manifest, folder: Path, probes: Probes) -> list[Tokens]:
+def measurement_rows(manifest: Manifest, tokenizer: TextTokenizer, probes: Probes) -> list[Tokens]:
     """The probes as the candidates run them: their pairs for a cross-encoder, their texts otherwise."""
-    tokenizer = artifact_tokenizer(manifest, folder)
     return tokenizer.encode_pairs(*probes.pairs) if manifest.task == "score" else probes.text_rows(tokenizer)
-
-
-def measurement_batches(manifest: Manifest, folder: Path, probes: Probes) -> list[Batch]:
-    return length_sorted_batches(measurement_rows(manifest, folder, probes) * COPIES,
-                                 artifact_tokenizer(manifest, folder).pad, BUDGET)
 
 
 Built = list[tuple[Candidate, Manifest | None, Path, list[str]]]
@@ -139,7 +133,9 @@ def choose(built: Built, probes: Probes, lossless_only: bool,
     auto`)."""
     ok = [i for i, (_, manifest, _, _) in enumerate(built) if manifest is not None]
     first = built[ok[0]] if ok else None
-    batches = measurement_batches(first[1], first[2], probes) if first else []
+    tokenizer = artifact_tokenizer(first[1], first[2]) if first else None  # the candidates share their tokenizer
+    rows = measurement_rows(first[1], tokenizer, probes) if first and tokenizer else []
+    batches = length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET) if tokenizer else []
     together = sum(footprint(built[i][2]) for i in ok) <= free_memory() * MEMORY_SHARE
     how = f"best of {ROUNDS} alternating rounds" if together else (
         f"best of {ROUNDS} rounds, one candidate at a time: together they would not fit in memory")
@@ -169,9 +165,9 @@ def choose(built: Built, probes: Probes, lossless_only: bool,
             if records[i]["tokens_per_s"] >= (1 - THROUGHPUT_TIE) * records[fastest]["tokens_per_s"]]
     chosen = fastest
     if len(tied) > 1:
-        rows = sorted(measurement_rows(first[1], first[2], probes), key=lambda row: len(row.ids))[:LONE_QUERIES]
+        shortest = sorted(rows, key=lambda row: len(row.ids))[:LONE_QUERIES]
         with reporter.step("measure", f"a lone query on the {len(tied)} candidates that ran as fast"):
-            for i, seconds in _lone_query_seconds(built, tied, rows).items():
+            for i, seconds in _lone_query_seconds(built, tied, shortest, tokenizer.pad).items():
                 records[i]["lone_query_ms"] = round(seconds * 1e3, 3)
         sooner = min(tied, key=lambda i: records[i]["lone_query_ms"])
         if records[fastest]["lone_query_ms"] >= LONE_GAIN * records[sooner]["lone_query_ms"]:
@@ -237,11 +233,10 @@ def _one_at_a_time(built: Built, ok: list[int], batches: list[Batch]) -> tuple[d
     return best, executions
 
 
-def _lone_query_seconds(built: Built, tied: list[int], rows: list[Tokens]) -> dict[int, float]:
+def _lone_query_seconds(built: Built, tied: list[int], rows: list[Tokens], pad: Padder) -> dict[int, float]:
     """Each candidate loaded as a server loads it (with the every-core copy of its weights that runs a lone batch)
     and timed on `rows` as lone queries: all at once in alternating rounds where that fits in memory (LONE_FOOTPRINT),
     else one at a time, each let go before the next (what serving one of them takes)."""
-    pad = artifact_tokenizer(built[tied[0]][1], built[tied[0]][2]).pad
     if sum(LONE_FOOTPRINT * footprint(built[i][2]) for i in tied) <= free_memory() * MEMORY_SHARE:
         backends = [load_backend(built[i][1], built[i][2], BackendOptions()) for i in tied]
         return dict(zip(tied, lone_seconds(backends, rows, pad)))
