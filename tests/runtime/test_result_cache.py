@@ -12,7 +12,7 @@ from encoderrt.runtime.config import EngineConfig
 from encoderrt.runtime.result_cache import ENTRY_BYTES, ResultCache, row_key
 from encoderrt.runtime.tokenizer import Tokens
 from encoderrt.server import ServerSettings, create_app
-from server_helpers import metric, ready_registry, running_server
+from server_helpers import metric, ready_registry, running_server, wait_for
 
 QUERIES = ["how do vector databases index embeddings", "capital of France", "¿dónde está la biblioteca?",
            "symptoms of the flu", "a"]
@@ -271,7 +271,9 @@ def test_callers_at_once_with_cancellations_and_evictions_each_get_their_own_ans
             asyncio.run(async_callers())
             for future in done:
                 future.result()
+        # a cancelled caller's rows leave the queue when a worker next cuts a batch (they are dropped unrun then),
+        # not at the moment of the cancel: the last cancellations may still be queued when the callers are done
+        wait_for(lambda: engine.stats.snapshot()["queue_depth"] == 0, 5, "rows were still queued after every caller")
         stats = engine.stats.snapshot()
-        assert stats["queue_depth"] == 0
         assert stats["cached_items"] > 0 and checked["cancelled"] > 0 and checked["answers"] > 500
         check(pool[:3], engine.embed(pool[:3]))
