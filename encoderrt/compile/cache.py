@@ -26,12 +26,13 @@ from encoderrt.runtime.settings import setting
 log = logging.getLogger("encoderrt.compile")
 
 BUNDLED_NAME = "all-MiniLM-L6-v2"
-ARTIFACT_LAYOUT = 5
+ARTIFACT_LAYOUT = 6
 """How compile lays an artifact out and chooses it, in the key so that cached artifacts are rebuilt when it changes
 (2: onnxruntime graphs keep their weights in a file beside them, which the sessions share; 3: their projections
 skip the padding, compile/unpad.py, and the manifest counts the per-token weights; 4: OpenVINO's real-token rows
 come in multiples of 16, its gated FFNs stay unfused and its int8 graphs keep the padding; 5: `--target auto`
-breaks a tie in throughput on a lone query's latency, compile/selection.py)."""
+breaks a tie in throughput on a lone query's latency, compile/selection.py; 6: onnxruntime's real-token rows are
+[tokens, width], where its projections take their bias in one Gemm)."""
 _CONTENT_SUFFIXES = (".json", ".safetensors", ".bin", ".txt", ".model")
 CachePrecision = Literal["auto", "fastest", "fp32", "bf16", "int8"]
 """What a model folder compiles to on first use: compile-model's --precision on the CPU targets (fp16 is TensorRT's)."""

@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 
 from encoderrt.compile.unpad import UNPADDED
+from encoderrt.runtime.backends.onnxruntime_cpu import KEEP_UNFUSED
 from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.tokenizer import TextTokenizer
 
@@ -27,18 +28,20 @@ def _batch(artifact: Path):
     return manifest, feeds, sum(len(row.ids) for row in rows)
 
 
-def _matmul_rows(artifact: Path, feeds: dict, tmp_path: Path) -> list[int]:
-    """The rows of every MatMul-like kernel onnxruntime ran, from its profile."""
+def _projections(artifact: Path, feeds: dict, tmp_path: Path) -> list[tuple[str, int]]:
+    """The op and rows of every projection kernel onnxruntime ran as the backend loads the graph (MatMul-like, or a
+    MatMul fused with its bias: Gemm), from its profile."""
     options = ort.SessionOptions()
     options.enable_profiling = True
     options.profile_file_prefix = str(tmp_path / "profile")
-    session = ort.InferenceSession(str(artifact / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(artifact / "model.onnx"), options, providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=KEEP_UNFUSED)
     session.run(None, feeds)
     events = json.loads(Path(session.end_profiling()).read_text())
-    shapes = [event["args"]["input_type_shape"][0] for event in events
-              if event.get("cat") == "Node" and "MatMul" in event["args"].get("op_name", "")
-              and event["name"].endswith("_kernel_time")]
-    return [int(np.prod(next(iter(shape.values()))[:-1])) for shape in shapes]
+    kernels = [(event["args"]["op_name"], event["args"]["input_type_shape"][0]) for event in events
+               if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")
+               and ("MatMul" in event["args"].get("op_name", "") or event["args"].get("op_name") == "Gemm")]
+    return [(op, int(np.prod(next(iter(shape.values()))[:-1]))) for op, shape in kernels]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
@@ -48,10 +51,14 @@ def test_minilm_projections_run_on_the_real_tokens_only(precision, minilm_fp32, 
     padded = feeds["input_ids"].size
     assert real < 0.5 * padded  # the batch is mostly padding
     # by hand: per layer, the attention output projection and the feed-forward's two (q, k, v are inside Attention)
-    assert manifest.fused_ops[UNPADDED] == 3 * manifest.shape.num_layers
-    rows = _matmul_rows(artifact, feeds, tmp_path)
-    assert len(rows) >= 3 * manifest.shape.num_layers
+    layers = manifest.shape.num_layers
+    assert manifest.fused_ops[UNPADDED] == 3 * layers
+    projections = _projections(artifact, feeds, tmp_path)
+    rows = [count for _, count in projections]
+    assert len(rows) >= 3 * layers
     assert set(rows) == {real}, f"MatMul rows {sorted(set(rows))}: {real} real tokens, {padded} padded"
+    if precision == "fp32":  # the rows are [tokens, width]: each projection followed by its bias is one Gemm
+        assert sum(op == "Gemm" for op, _ in projections) == 2 * layers, projections  # the up projection's: BiasGelu
 
 
 @pytest.fixture(scope="module")
