@@ -110,7 +110,7 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
     """The job the parsed flags describe, with `kind` as its output; exit 0, 1 (the job stopped: a bad row under
     --on-error fail, or a refused shard) or 2 (bad arguments)."""
     from encoderrt.jobs import JobFailed, JobSettings
-    from encoderrt.jobs.job import load_engine, run_job
+    from encoderrt.jobs.job import load_engine, open_inputs, run_job
     from encoderrt.jobs.placement import RayPlacement
     from encoderrt.jobs.progress import Progress
 
@@ -135,6 +135,7 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
             run_on_ray(args.inputs, args.output, kind, args.model, job, config, placement, progress)
             return 0
         common.offline_and_quiet()
+        open_inputs(args.inputs, kind, job)  # a missing file is told before a compile, not after it
         engine, artifact = load_engine(args.model, job, config)
         with engine:
             run_job(args.inputs, args.output, kind, engine, artifact, job, progress)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from encoderrt.jobs.job import JobFailed, JobSettings, load_engine, run_job
+from encoderrt.jobs.job import JobFailed, JobSettings, load_engine, open_inputs, run_job
 from encoderrt.jobs.outputs import KINDS, Embeddings, Labels, Output, PairScores, SparseWeights, TokenVectors
 from encoderrt.jobs.placement import RayPlacement
 from encoderrt.jobs.progress import Progress, Summary
@@ -51,6 +51,7 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
 
         placement = ray if isinstance(ray, RayPlacement) else RayPlacement()
         return run_on_ray(paths, output, kind, model, job, config or EngineConfig(), placement, progress)
+    open_inputs(paths, kind, job)  # before a compile
     engine, artifact = load_engine(model, job, config)
     with engine:
         return run_job(paths, output, kind, engine, artifact, job, progress)

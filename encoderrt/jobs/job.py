@@ -145,16 +145,23 @@ def job_artifact(model: str | Path | None, job: JobSettings, reporter=None) -> t
         raise ValueError(str(exc)) from None
 
 
-def open_job(inputs: list[str | Path], output: str | Path, kind: Output, model: str, artifact: Path,
-             job: JobSettings) -> tuple[Corpus, OutputFolder]:
-    """The inputs and the output folder, checked: every problem found here is a ValueError naming it."""
+def open_inputs(inputs: list[str | Path], kind: Output, job: JobSettings) -> Corpus:
+    """The inputs, checked as far as they can be without the model: every problem found here is a ValueError naming
+    it. The entry points call it before they load or compile the model, so that a missing file is reported at once
+    rather than after a compile of minutes."""
     if job.output_format == "npy" and not kind.dense:
         raise ValueError(f"--output-format npy holds dense vectors; {kind.name} output is written as Parquet")
     names = (job.text_field,) if kind.fields == 1 else (job.query_field, job.document_field)
-    corpus = Corpus(resolve(inputs), Fields(names, job.id_field), job.input_format)
+    return Corpus(resolve(inputs), Fields(names, job.id_field), job.input_format)
+
+
+def open_job(inputs: list[str | Path], output: str | Path, kind: Output, model: str, artifact: Path,
+             job: JobSettings) -> tuple[Corpus, OutputFolder]:
+    """The inputs and the output folder, checked: every problem found here is a ValueError naming it."""
+    corpus = open_inputs(inputs, kind, job)
     identity = identity_of(kind=kind.settings(), model=model, artifact_sha256=manifest_hash(artifact),
                            inputs=corpus.fingerprint(), shard_rows=job.shard_rows, output_format=job.output_format,
-                           include_text=job.include_text, fields={"values": names, "id": job.id_field})
+                           include_text=job.include_text, fields={"values": corpus.fields.values, "id": job.id_field})
     return corpus, OutputFolder(Path(output), identity, job.overwrite)
 
 

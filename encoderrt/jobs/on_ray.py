@@ -30,6 +30,7 @@ from encoderrt.jobs.job import (
     JobSettings,
     job_artifact,
     job_engine_config,
+    open_inputs,
     open_job,
     rows_answered,
     submit_rows,
@@ -62,6 +63,7 @@ def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model
     except ImportError as exc:
         raise ValueError(f"--ray needs Ray Data: pip install 'encoderrt[ray]' ({exc})") from None
     progress = progress or Progress(enabled=False)
+    open_inputs(inputs, kind, job)  # before a compile
     artifact, _ = job_artifact(model, job)
     manifest = read_manifest(artifact)
     name = str(manifest.source.get("name") or artifact.name)  # as Engine names it

@@ -227,12 +227,26 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
     assert sorted(p.name for p in out.iterdir()) == ["job.json", *(f"part-{i:05d}.parquet" for i in range(8))]
 
 
+def test_a_missing_input_is_told_before_the_model_is_compiled(tmp_path, monkeypatch):
+    """Here and on Ray: the bundled model's compile (half a minute here, minutes for a large model) comes after the
+    inputs are found, so a typo in a path costs nothing."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ENCODERRT_CACHE", str(cache))
+    for ray in (False, True):
+        with pytest.raises(ValueError, match="input not found"):
+            embed_corpus(tmp_path / "missing.jsonl", tmp_path / "out", ray=ray)
+    assert not cache.exists() and not (tmp_path / "out").exists()
+
+
 def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, capsys, monkeypatch):
     from encoderrt.cli import main
 
     corpus = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in TEXTS[:48]))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ENCODERRT_CACHE", str(cache))  # the default model, were it compiled, would land here
     assert main(["embed", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "a")]) == 2
     assert "error: input not found" in capsys.readouterr().err
+    assert not cache.exists()  # told before the default model was compiled (31 s here), not after
     # a flag of another output kind would be ignored: refused, naming the kinds that take it
     refused = {
         ("--sparse", "--dimensions", "8"): "--dimensions applies to token vectors (--multi-vector) and dense "
@@ -256,7 +270,7 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
         environment.setenv("ENCODERRT_TOP_K", "3")
         assert main(["embed", str(corpus), "-o", str(tmp_path / "b")]) == 2
         assert "--top-k (ENCODERRT_TOP_K is set) applies to sparse weights" in capsys.readouterr().err
-    assert not (tmp_path / "b").exists()
+    assert not (tmp_path / "b").exists() and not cache.exists()
     # an embedding model has no sparse output (the sparse kind's own flag passes): the job stops at its first
     # shard, naming why, and writes no shard
     assert main(["embed", str(corpus), "-o", str(tmp_path / "c"), "--model", str(minilm_fp32.path), "--sparse",
