@@ -125,6 +125,7 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
     try:
         job = settings.from_arguments(JobSettings, args)
         config = settings.from_arguments(EngineConfig, args)
+        corpus = open_inputs(args.inputs, kind, job)  # a missing file is told before a compile, not after it
         progress = Progress(console)
         if on_ray:
             from encoderrt.jobs.on_ray import run_on_ray
@@ -132,13 +133,12 @@ def run_job_command(args: argparse.Namespace, kind) -> int:
             address = args.ray_address or os.environ.get("RAY_ADDRESS")
             placement = RayPlacement(args.ray_actors, args.ray_cpus_per_actor, address)
             common.offline_and_quiet()
-            run_on_ray(args.inputs, args.output, kind, args.model, job, config, placement, progress)
+            run_on_ray(corpus, args.output, kind, args.model, job, config, placement, progress)
             return 0
         common.offline_and_quiet()
-        open_inputs(args.inputs, kind, job)  # a missing file is told before a compile, not after it
         engine, artifact = load_engine(args.model, job, config)
         with engine:
-            run_job(args.inputs, args.output, kind, engine, artifact, job, progress)
+            run_job(corpus, args.output, kind, engine, artifact, job, progress)
         return 0
     except JobFailed as exc:
         common.error(console, str(exc))

@@ -45,16 +45,17 @@ def embed_corpus(inputs: str | Path | list[str | Path], output: str | Path, mode
         if ignored:
             raise ValueError(f"{', '.join(ignored)}: {'does' if len(ignored) == 1 else 'do'} not apply beside an "
                              "engine already loaded, which a local job uses as it is")
-        return run_job(paths, output, kind, engine, engine.artifact_dir, job, progress)
+    corpus = open_inputs(paths, kind, job)  # before a model is loaded or compiled
+    if engine is not None:
+        return run_job(corpus, output, kind, engine, engine.artifact_dir, job, progress)
     if ray:
         from encoderrt.jobs.on_ray import run_on_ray
 
         placement = ray if isinstance(ray, RayPlacement) else RayPlacement()
-        return run_on_ray(paths, output, kind, model, job, config or EngineConfig(), placement, progress)
-    open_inputs(paths, kind, job)  # before a compile
+        return run_on_ray(corpus, output, kind, model, job, config or EngineConfig(), placement, progress)
     engine, artifact = load_engine(model, job, config)
     with engine:
-        return run_job(paths, output, kind, engine, artifact, job, progress)
+        return run_job(corpus, output, kind, engine, artifact, job, progress)
 
 
 def score_corpus(inputs: str | Path | list[str | Path], output: str | Path, model: str | Path | None = None, *,

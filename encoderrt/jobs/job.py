@@ -86,10 +86,11 @@ class _Shard:
     started: float = 0.0
 
 
-def run_job(inputs: list[str | Path], output: str | Path, kind: Output, engine: Engine, artifact: Path,
+def run_job(corpus: Corpus, output: str | Path, kind: Output, engine: Engine, artifact: Path,
             job: JobSettings = JobSettings(), progress: Progress | None = None) -> Summary:
-    """The job, run here on `engine` (loaded from `artifact`); a rerun with the same arguments resumes it."""
-    corpus, folder = open_job(inputs, output, kind, engine.info.name, artifact, job)
+    """The job over `corpus` (open_inputs'), run here on `engine` (loaded from `artifact`); a rerun with the same
+    arguments resumes it."""
+    folder = open_output(corpus, output, kind, engine.info.name, artifact, job)
     progress = progress or Progress(enabled=False)
     started, before = time.perf_counter(), engine.stats.snapshot()
     total = corpus.count()
@@ -147,7 +148,7 @@ def job_artifact(model: str | Path | None, job: JobSettings, reporter=None) -> t
 
 def open_inputs(inputs: list[str | Path], kind: Output, job: JobSettings) -> Corpus:
     """The inputs, checked as far as they can be without the model: every problem found here is a ValueError naming
-    it. The entry points call it before they load or compile the model, so that a missing file is reported at once
+    it. The entry points open them before they load or compile the model, so that a missing file is reported at once
     rather than after a compile of minutes."""
     if job.output_format == "npy" and not kind.dense:
         raise ValueError(f"--output-format npy holds dense vectors; {kind.name} output is written as Parquet")
@@ -155,14 +156,14 @@ def open_inputs(inputs: list[str | Path], kind: Output, job: JobSettings) -> Cor
     return Corpus(resolve(inputs), Fields(names, job.id_field), job.input_format)
 
 
-def open_job(inputs: list[str | Path], output: str | Path, kind: Output, model: str, artifact: Path,
-             job: JobSettings) -> tuple[Corpus, OutputFolder]:
-    """The inputs and the output folder, checked: every problem found here is a ValueError naming it."""
-    corpus = open_inputs(inputs, kind, job)
+def open_output(corpus: Corpus, output: str | Path, kind: Output, model: str, artifact: Path,
+                job: JobSettings) -> OutputFolder:
+    """The output folder of this job over `corpus`, checked (a folder of another job's is refused): every problem
+    found here is a ValueError naming it."""
     identity = identity_of(kind=kind.settings(), model=model, artifact_sha256=manifest_hash(artifact),
                            inputs=corpus.fingerprint(), shard_rows=job.shard_rows, output_format=job.output_format,
                            include_text=job.include_text, fields={"values": corpus.fields.values, "id": job.id_field})
-    return corpus, OutputFolder(Path(output), identity, job.overwrite)
+    return OutputFolder(Path(output), identity, job.overwrite)
 
 
 def job_engine_config(job: JobSettings, config: EngineConfig = EngineConfig()) -> EngineConfig:

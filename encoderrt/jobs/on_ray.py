@@ -30,8 +30,7 @@ from encoderrt.jobs.job import (
     JobSettings,
     job_artifact,
     job_engine_config,
-    open_inputs,
-    open_job,
+    open_output,
     rows_answered,
     submit_rows,
     write_shard,
@@ -54,7 +53,7 @@ class _Planned:
     rejected: list[Row]
 
 
-def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model: str | Path | None,
+def run_on_ray(corpus: Corpus, output: str | Path, kind: Output, model: str | Path | None,
                job: JobSettings, config: EngineConfig, placement: RayPlacement = RayPlacement(),
                progress: Progress | None = None) -> Summary:
     try:
@@ -63,11 +62,10 @@ def run_on_ray(inputs: list[str | Path], output: str | Path, kind: Output, model
     except ImportError as exc:
         raise ValueError(f"--ray needs Ray Data: pip install 'encoderrt[ray]' ({exc})") from None
     progress = progress or Progress(enabled=False)
-    open_inputs(inputs, kind, job)  # before a compile
     artifact, _ = job_artifact(model, job)
     manifest = read_manifest(artifact)
     name = str(manifest.source.get("name") or artifact.name)  # as Engine names it
-    corpus, folder = open_job(inputs, output, kind, name, artifact, job)
+    folder = open_output(corpus, output, kind, name, artifact, job)
     started = time.perf_counter()
     plan = _plan(corpus, folder.shards, job.shard_rows, folder.resume_position()[1])
     progress.start(sum(p.rows for p in plan) + folder.done_rows, folder.done_rows)
