@@ -44,6 +44,17 @@ def pytest_configure(config):
         sys.modules["torch"].set_num_threads(len(os.sched_getaffinity(0)))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_compile_cache(tmp_path_factory):
+    """This run's compile cache, never the user's own (~/.cache/encoderrt, or their ENCODERRT_CACHE): a job test that
+    compiled the bundled model without a cache of its own wrote that artifact there, unseen. A test that sets
+    ENCODERRT_CACHE itself still has its own, and processes the tests start inherit this one."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ENCODERRT_CACHE", str(tmp_path_factory.mktemp("compile-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def _every_core(request):
     """Every core for the length of an `every_core` test (pytest_configure)."""
