@@ -133,9 +133,12 @@ def choose(built: Built, probes: Probes, lossless_only: bool,
     auto`)."""
     ok = [i for i, (_, manifest, _, _) in enumerate(built) if manifest is not None]
     first = built[ok[0]] if ok else None
-    tokenizer = artifact_tokenizer(first[1], first[2]) if first else None  # the candidates share their tokenizer
-    rows = measurement_rows(first[1], tokenizer, probes) if first and tokenizer else []
-    batches = length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET) if tokenizer else []
+    rows: list[Tokens] = []
+    batches: list[Batch] = []
+    if first:
+        tokenizer = artifact_tokenizer(first[1], first[2])  # the candidates share their tokenizer
+        rows = measurement_rows(first[1], tokenizer, probes)
+        batches = length_sorted_batches(rows * COPIES, tokenizer.pad, BUDGET)
     together = sum(footprint(built[i][2]) for i in ok) <= free_memory() * MEMORY_SHARE
     how = f"best of {ROUNDS} alternating rounds" if together else (
         f"best of {ROUNDS} rounds, one candidate at a time: together they would not fit in memory")
