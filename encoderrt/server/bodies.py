@@ -29,6 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 DECOMPRESSORS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 """Content-Encoding -> zlib's wbits for it (HTTP's "deflate" is zlib-wrapped)."""
@@ -37,9 +38,30 @@ DECOMPRESSORS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "de
 class ClearBodyRequest(Request):
     async def body(self) -> bytes:
         if not hasattr(self, "_decoded_body"):
-            self._decoded_body = _decompressed(await super().body(), self.headers.get("content-encoding", ""),
+            self._decoded_body = _decompressed(await self._received(), self.headers.get("content-encoding", ""),
                                                self.app.state.settings.max_body_bytes)
         return self._decoded_body
+
+    async def _received(self) -> bytes:
+        """The body as sent, read from `receive` in a plain loop, with Request.body's outcome (`_body` kept, a
+        disconnect raised as ClientDisconnect): its stream generator, closed through `aclosing`, took 3.5 us for a
+        one-query body against 1.3 (2-core AVX2 EPYC)."""
+        if not hasattr(self, "_body"):
+            if self._stream_consumed:
+                raise RuntimeError("Stream consumed")
+            chunks = []
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._is_disconnected = True
+                    raise ClientDisconnect()
+                if message["type"] == "http.request":
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        break
+            self._stream_consumed = True
+            self._body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return self._body
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):

@@ -16,7 +16,7 @@ from encoderrt.runtime.errors import InvalidRequest
 from encoderrt.runtime.requests import Completion, Truncation
 from encoderrt.server.errors import PayloadTooLarge
 from encoderrt.server.registry import ModelRegistry, ServedModel
-from encoderrt.server.responses import JSONResponse
+from encoderrt.server.responses import RawJSONResponse
 from encoderrt.server.schemas import NonEmpty
 from encoderrt.server.settings import ServerSettings
 
@@ -106,12 +106,11 @@ def reply(body: Any, completion: Completion, started: float) -> Response:
     """A JSON reply with TEI's timing headers (milliseconds)."""
     timings = completion.timings
     total = time.perf_counter() - started
-    headers = {
-        "x-compute-tokens": str(completion.prompt_tokens),
-        "x-compute-time": f"{(timings.queue + timings.inference) * 1000:.0f}",
-        "x-total-time": f"{total * 1000:.0f}",
-        "x-tokenization-time": f"{timings.tokenize * 1000:.0f}",
-        "x-queue-time": f"{timings.queue * 1000:.0f}",
-        "x-inference-time": f"{timings.inference * 1000:.0f}",
-    }
-    return JSONResponse(body, headers=headers)
+    return RawJSONResponse(body, [
+        (b"x-compute-tokens", b"%d" % completion.prompt_tokens),
+        (b"x-compute-time", b"%.0f" % ((timings.queue + timings.inference) * 1000)),
+        (b"x-total-time", b"%.0f" % (total * 1000)),
+        (b"x-tokenization-time", b"%.0f" % (timings.tokenize * 1000)),
+        (b"x-queue-time", b"%.0f" % (timings.queue * 1000)),
+        (b"x-inference-time", b"%.0f" % (timings.inference * 1000)),
+    ])

