@@ -57,7 +57,8 @@ class ServerMiddleware:
         start = time.perf_counter()
         request_id = authorization = length = b""
         authorizations = 0
-        # the three headers it reads, undecoded (1.3 against 3.6 us for decoding them all); the last of a repeated one
+        # the three headers it reads, left undecoded (1.3 against 3.6 us for decoding every header); a repeated
+        # one's last value counts
         for name, value in scope["headers"]:
             name = name.lower()
             if name == b"x-request-id":
