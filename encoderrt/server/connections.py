@@ -8,7 +8,7 @@ connection above `max_connections` 503 with Retry-After. Every answer is the API
 closes. Malformed HTTP gets that JSON shape too, where uvicorn sends plain text.
 
 It also tells a request's app the moment its client's connection drops (`ClientGone`), so the app need not keep a
-task reading `receive` to find out.
+task reading `receive` to find out, and sends a reply's head and body in one write (`CoalescedWrites`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -61,6 +62,54 @@ class ClientGone:
             callback()
 
 
+class CoalescedWrites:
+    """The connection's transport, with the writes of one step of the event loop sent as one.
+
+    uvicorn writes a reply's head and its body apart: two sends, each a system call that on loopback also runs the
+    receiver's TCP path, and two segments that can wake the client twice. Here a write is held until the reply
+    completes (`flush`) or, for any other write (a streamed body's chunk, `100 Continue`), until the step ends."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if self._transport.is_closing():  # as the transport itself treats a write after close
+            self._transport.write(data)
+            return
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held:
+            self._held = []
+            if not self._transport.is_closing():  # a connection lost meanwhile takes no more bytes
+                self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._held = []
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._held))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LimitedHttpProtocol(HttpToolsProtocol):
     """One per connection, made by uvicorn; `limits` is set on the subclass `protocol_for` makes."""
 
@@ -69,7 +118,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     """Counts each refusal by status (the app's /metrics), since these requests never reach its middleware."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
         self._awaiting_head = True
         self._head_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
@@ -112,6 +161,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         self.scope[CLIENT_GONE] = ClientGone()  # type: ignore[literal-required]
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self.transport.flush()  # type: ignore[attr-defined]
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         self.scope[BODY_IN] = True  # type: ignore[literal-required]
