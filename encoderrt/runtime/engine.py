@@ -258,6 +258,11 @@ class Engine:
         row_tokens = tuple(len(r.ids) for r in planned.rows) if planned.read_tokens is None else planned.read_tokens
         return Completion(planned.finish(outputs), sum(row_tokens), timings, row_tokens)
 
+    def backlogged(self) -> bool:
+        """Whether a deep batch's worth of work already waits (EngineInfo.deep_batch_tokens): what is submitted now
+        waits for at least one batch, so a caller gains nothing by sending it alone rather than with what follows."""
+        return self._scheduler.deep
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stopped_workers(self) -> list[str]:

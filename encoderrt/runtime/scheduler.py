@@ -386,10 +386,16 @@ class Scheduler:
             return float("inf")
         return SMALL_ALONE_WHILE_COMPANY_BELOW
 
+    @property
+    def deep(self) -> bool:
+        """A deep batch's worth of padded tokens waits (deep_batch_tokens): batches are cut at that budget, and a row
+        submitted now waits for at least one of them."""
+        return self._rows.tokens >= self._deep_budget
+
     def _take_batch(self) -> list[WaitingRow]:
         """The length-sorted waiting rows cut into runs under the budget: the run holding the oldest row (waiting.py),
         less the rows whose every caller has gone, which are dropped here, before they run."""
-        deep = self._rows.tokens >= self._deep_budget  # a deep batch's worth waits: the queue is deep
+        deep = self.deep
         while self._rows:
             rows = self._rows.take(self._deep_budget if deep else self.max_batch_tokens)
             dropped = sum(row.prune() for row in rows)

@@ -269,6 +269,30 @@ def test_a_deep_queue_is_cut_in_bigger_batches_and_a_shallow_one_at_the_budget(c
     np.testing.assert_allclose(vectors[64], vectors[0], atol=1e-5)
 
 
+def test_the_engine_is_backlogged_while_a_deep_batchs_worth_waits(controlled, tiny_artifacts):
+    """Engine.backlogged: true once the padded tokens waiting reach the deep budget (a hand count: rows x their
+    padded width), false again when they drain."""
+    from tiny_models import CORPUS_WORDS
+
+    texts = [" ".join(CORPUS_WORDS[(i + k) % len(CORPUS_WORDS)] for k in range(3)) for i in range(40)]
+    with Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=32, deep_batch_tokens=64) as engine:
+        backend = controlled[-1]
+        backend.gate.clear()
+        held = engine._scheduler.submit(engine._tokenizer.encode(["the first row, held at the gate"]))
+        assert backend.entered.wait(30) and not engine.backlogged()  # running is not waiting
+        rows = engine._tokenizer.encode(texts)  # distinct rows: identical ones would wait as one
+        futures = []
+        for row in rows:
+            futures.append(engine._scheduler.submit([row]))
+            waiting = engine._scheduler._rows.tokens
+            assert engine.backlogged() == (waiting >= 64), waiting
+        assert engine.backlogged()
+        backend.gate.set()
+        for future in [held, *futures]:
+            future.result(30)
+        assert not engine.backlogged()
+
+
 def test_a_deep_queue_takes_1024_tokens_over_a_calibrated_budget_and_a_given_one_is_kept(tiny_artifacts):
     """The deep budget: 1,024 tokens over a calibrated budget below it (scheduler.DEEP_BATCH_TOKENS), a calibrated
     budget above it as it is; a budget the user gives is theirs; none past what the engine was built for."""

@@ -139,8 +139,9 @@ def test_a_stream_of_mixed_settings_answers_each_message_as_embed_does(channel, 
         assert reply.metadata.compute_chars == len(message.inputs)
 
 
-def _stream_through(key, fail_on=None, messages=20):
-    """The replies `_stream` gives for messages 0..messages-1, and the calls it made (message lists)."""
+def _stream_through(key, fail_on=None, messages=20, backlogged=lambda: True):
+    """The replies `_stream` gives for messages 0..messages-1, and the calls it made (message lists), with the
+    engine `backlogged` as the function says (by default always: the messages group)."""
     import asyncio
 
     from encoderrt.server.tei_grpc import _stream
@@ -161,7 +162,7 @@ def _stream_through(key, fail_on=None, messages=20):
     async def main():
         replies = []
         try:
-            async for reply in _stream(run, source(), key):
+            async for reply in _stream(run, source(), key, backlogged):
                 replies.append(reply)
         except ValueError as error:
             replies.append(error)
@@ -170,15 +171,27 @@ def _stream_through(key, fail_on=None, messages=20):
     return asyncio.run(main()), calls
 
 
-def test_a_stream_groups_the_messages_that_arrive_while_its_calls_run():
-    from encoderrt.server.tei_grpc import GROUP_MESSAGES, GROUPS_IN_FLIGHT
+def test_a_stream_groups_the_messages_that_arrive_while_its_engine_is_backlogged():
+    """The first message runs at once (the stream has nothing running); those that arrive behind it gather, and
+    each call that ends hands its place to the next group: consecutive messages of one key, at most GROUP_MESSAGES."""
+    from encoderrt.server.tei_grpc import GROUP_MESSAGES
 
     replies, calls = _stream_through(key=lambda message: message // 8)
     assert replies == [message * 10 for message in range(20)]
-    first = [[message] for message in range(GROUPS_IN_FLIGHT)]  # each arrived with a call free
-    assert calls == first + [list(range(GROUPS_IN_FLIGHT, 8)), list(range(8, 16)), list(range(16, 20))]
-    replies, calls = _stream_through(key=lambda message: 0, messages=GROUPS_IN_FLIGHT + GROUP_MESSAGES + 10)
-    assert [len(call) for call in calls] == [1] * GROUPS_IN_FLIGHT + [GROUP_MESSAGES, 10]  # groups have a cap
+    assert calls == [[0], list(range(1, 8)), list(range(8, 16)), list(range(16, 20))]
+    replies, calls = _stream_through(key=lambda message: 0, messages=1 + GROUP_MESSAGES + 10)
+    assert [len(call) for call in calls] == [1, GROUP_MESSAGES, 10]  # groups have a cap
+
+
+def test_a_stream_sends_each_message_as_it_arrives_while_its_engine_is_not_backlogged():
+    """Held back, they starved the engine's batches; each goes now, and the engine batches them."""
+    replies, calls = _stream_through(key=lambda message: 0, backlogged=lambda: False)
+    assert replies == [message * 10 for message in range(20)]
+    assert calls == [[message] for message in range(20)]
+    answers = iter([False] * 5 + [True] * 100)  # the engine backs up after the fifth message
+    replies, calls = _stream_through(key=lambda message: 0, backlogged=lambda: next(answers))
+    assert replies == [message * 10 for message in range(20)]
+    assert calls[:6] == [[message] for message in range(6)] and sum(map(len, calls)) == 20 and len(calls) < 20
 
 
 def test_a_failed_group_runs_again_message_by_message():
@@ -348,6 +361,23 @@ def test_calls_are_counted_in_the_metrics(grpc_served, channel, tei):
     assert float(line.rsplit(" ", 1)[1]) >= 1
 
 
+def test_whether_a_streams_engine_is_backlogged_never_raises(minilm_fp32):
+    """A stream asks before each message it could hold back (tei_grpc._stream); a model that cannot answer is the
+    message's own error to get, so the question answers False: were it to raise there, the message would never run
+    and its stream would hang."""
+    from encoderrt.server.tei_grpc import TEIService
+
+    registry = ModelRegistry()
+    service = TEIService(registry, ServerSettings())
+    assert service.backlogged("embed", None) is False  # not ready
+    with Engine.load(minilm_fp32.path) as engine:
+        registry.add("minilm", engine)
+        registry.mark_ready()
+        assert service.backlogged("embed", "no-such-model") is False
+        assert service.backlogged("rerank", None) is False  # no model answers it
+        assert service.backlogged("embed", None) is engine.backlogged() is False
+
+
 def test_health_says_not_serving_until_the_models_are_ready(minilm_fp32, tei):
     pb, stubs = tei
     registry = ModelRegistry()
@@ -359,6 +389,12 @@ def test_health_says_not_serving_until_the_models_are_ready(minilm_fp32, tei):
             health_pb2.HealthCheckResponse.NOT_SERVING
         code, details = _code(lambda: stubs.EmbedStub(channel).Embed(pb.EmbedRequest(inputs="x"), timeout=10))
         assert code == grpc.StatusCode.UNAVAILABLE and "models are still loading" in details
+        streams = [(stubs.EmbedStub(channel).EmbedStream, pb.EmbedRequest(inputs="x")),
+                   (stubs.EmbedStub(channel).EmbedSparseStream, pb.EmbedSparseRequest(inputs="x")),
+                   (stubs.PredictStub(channel).PredictStream, pb.PredictRequest(inputs="x"))]
+        for stream, message in streams:  # a stream ends with the same status, and never hangs
+            code, details = _code(lambda: list(stream(iter([message] * 3), timeout=10)))
+            assert code == grpc.StatusCode.UNAVAILABLE and "models are still loading" in details, stream
         registry.add("minilm", Engine.load(minilm_fp32.path))
         registry.mark_ready()
         assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
