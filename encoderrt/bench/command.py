@@ -168,7 +168,7 @@ def _measure(options: BenchOptions, engine: Engine, artifact: Path, name: str, u
                         elif mode == "grpc":
                             assert server is not None
                             run = runners.run_grpc(server.grpc_target, workload, concurrency, options.duration,
-                                                   server_cpu)
+                                                   server.grpc_cpu_seconds)
                         else:
                             assert url is not None
                             run = runners.run_http(url, workload, concurrency, options.duration, server_cpu)

@@ -50,10 +50,10 @@ class Measurement:
         return [r.tokens_per_s for r in self.runs]
 
     def server_cpu_ms_per_request(self, part: str) -> float | None:
-        """The median over rounds of the server's CPU per request, the process's or its event loop's (`part`), in
-        HTTP runs of a server the bench started."""
+        """The median over rounds of the server's CPU per request, the process's or its event loop's (`part`: in a
+        gRPC run, the gRPC server's thread), in runs of a server the bench started."""
         figures = [getattr(r.server_cpu_ms_per_request, part) for r in self.runs if r.server_cpu_s is not None]
-        figures = [figure for figure in figures if figure is not None]  # a gRPC run has no event loop's figure
+        figures = [figure for figure in figures if figure is not None]  # a loop's figure where the server gave it
         return statistics.median(figures) if figures else None
 
     def bench_cpu_ms_per_request(self) -> float | None:

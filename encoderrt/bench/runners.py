@@ -13,7 +13,6 @@ import asyncio
 import base64
 import collections
 import math
-import os
 import signal
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from encoderrt.bench.http_client import Connection, HttpError
 from encoderrt.bench.workloads import Request, Workload
 from encoderrt.runtime import Engine
 from encoderrt.runtime.backends import STREAMS_ONLY, load_backend
+from encoderrt.runtime.cpu import cpu_seconds
 from encoderrt.runtime.manifest import Manifest
 from encoderrt.runtime.tasks import ClassifyRequest, EmbedRequest, MultiVectorRequest, RerankRequest, ScoreRequest
 from encoderrt.runtime.throughput import length_sorted_batches, pass_seconds, real_tokens
@@ -39,8 +39,8 @@ from encoderrt.runtime.tokenizer import TextTokenizer
 
 class ServerCpu(NamedTuple):
     """User + system CPU time of the server process: all of it, and its event loop's thread alone (HTTP, validation,
-    tokenising short requests, encoding replies: the cost a request adds beyond the backend's batches; None for a
-    gRPC run, whose calls run on gRPC's threads and a loop of their own)."""
+    tokenising short requests, encoding replies: the cost a request adds beyond the backend's batches; in a gRPC
+    run, the gRPC server's thread, whose loop runs its calls; None where it cannot be read)."""
 
     process: float
     loop: float | None
@@ -306,7 +306,8 @@ def run_grpc(target: str, workload: Workload, concurrency: int, duration: float,
     result.bench_cpu_s = time.process_time() - cpu
     after = server_cpu() if server_cpu else None
     if before is not None and after is not None:
-        result.server_cpu_s = ServerCpu(after.process - before.process, None)
+        result.server_cpu_s = ServerCpu(after.process - before.process,
+                                        None if before.loop is None or after.loop is None else after.loop - before.loop)
     return result
 
 
@@ -328,18 +329,26 @@ class Server:
         """CPU seconds so far, the process's and its main thread's (where uvicorn runs the event loop), from /proc;
         None where there is none."""
         try:
-            return ServerCpu(_cpu_seconds(Path(f"/proc/{self.pid}/stat")),
-                             _cpu_seconds(Path(f"/proc/{self.pid}/task/{self.pid}/stat")))
+            return ServerCpu(cpu_seconds(self.pid), cpu_seconds(self.pid, self.pid))
         except OSError:
             return None
 
+    def grpc_cpu_seconds(self) -> ServerCpu | None:
+        """`cpu_seconds` with the gRPC server's thread in place of the main thread: the loop that gRPC calls run on,
+        whose CPU the server reports in /metrics (`encoderrt_thread_cpu_seconds`); None where it reports none."""
+        import httpx
 
-def _cpu_seconds(stat: Path) -> float:
-    fields = stat.read_text().rpartition(")")[2].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime: fields 14 and 15 of proc(5)
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        try:
+            process = cpu_seconds(self.pid)
+            text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        except (OSError, httpx.HTTPError):
+            return None
+        for family in text_string_to_metric_families(text):
+            if family.name == "encoderrt_thread_cpu_seconds":
+                grpc = [sample.value for sample in family.samples if sample.labels.get("thread") == "grpc"]
+                if grpc:
+                    return ServerCpu(process, grpc[0])
+        return None
 
 
 @contextmanager

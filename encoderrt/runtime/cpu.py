@@ -1,4 +1,5 @@
-"""What this CPU offers the int8 and bf16 kernels, read from /proc/cpuinfo.
+"""What this CPU offers the int8 and bf16 kernels, read from /proc/cpuinfo, and the CPU time a process or one of
+its threads has used, from /proc.
 
 Machines of one kind differ (Sapphire Rapids with AMX, EPYCs with avx512_bf16, EPYCs with AVX2 only), and
 two choices depend on it: how int8 weights are quantised (below) and what a benchmark's figures are held to.
@@ -6,8 +7,10 @@ two choices depend on it: how int8 weights are quantised (below) and what a benc
 
 from __future__ import annotations
 
+import os
 import platform
 from functools import cache
+from pathlib import Path
 
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 _INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -52,3 +55,14 @@ def _has_any(wanted: tuple[str, ...], flags: frozenset[str] | None) -> bool:
     """Whether the CPU (or the given flags) has any of `wanted`."""
     flags = cpu_model_and_flags()[1] if flags is None else flags
     return any(flag in flags for flag in wanted)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int | str = "self", thread: int | None = None) -> float:
+    """User + system CPU seconds of process `pid` so far, or of its thread whose native id is `thread`; OSError
+    where /proc has none (not Linux, or the thread has ended)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime and stime: fields 14 and 15 of proc(5)

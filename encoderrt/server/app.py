@@ -57,6 +57,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.metrics.watch_thread("event_loop")  # the lifespan runs on the loop that serves the requests
         loader = threading.Thread(target=load_in_background, name="encoderrt-load", daemon=True)
         grpc_server = None
         if settings.grpc_port is not None:

@@ -6,12 +6,14 @@ share counters.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from encoderrt.runtime.cpu import cpu_seconds
 from encoderrt.server.registry import ModelRegistry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,6 +50,27 @@ class _EngineCollector:
         yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled, cached)
 
 
+class _ThreadCollector:
+    """CPU seconds of the threads that run the server's event loops, read from /proc at each scrape (where there is
+    none, nothing): a request's Python runs there, one core at most, so a loop near one second a second is the
+    server's front end at its limit, whatever the backend's threads have left."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, int] = {}
+        """Each loop's role ("event_loop": uvicorn's, "grpc": the gRPC server's) -> its thread's native id."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("encoderrt_thread_cpu_seconds", "CPU seconds of the threads that run the "
+                                     "server's event loops: uvicorn's (event_loop) and the gRPC server's (grpc)",
+                                     labels=["thread"])
+        for role, thread in list(self.threads.items()):
+            try:
+                family.add_metric([role], cpu_seconds(thread=thread))
+            except OSError:  # not Linux, or the thread has ended
+                continue
+        yield family
+
+
 class Metrics:
     def __init__(self, models: ModelRegistry):
         self.registry = CollectorRegistry()
@@ -66,6 +89,8 @@ class Metrics:
         self.grpc_latency = Histogram("encoderrt_grpc_call_duration_seconds", "gRPC call latency by method (a stream's "
                                       "whole call)", ["method"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_EngineCollector(models))
+        self._threads = _ThreadCollector()
+        self.registry.register(self._threads)
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
         """Each (route, status)'s counter and histogram children: `labels()` checks its arguments and looks them up
         under a lock, 8.3 us of every request's event loop against 2.0 with them kept (2-core AVX2 EPYC)."""
@@ -81,6 +106,10 @@ class Metrics:
     def observe_grpc(self, method: str, code: str, seconds: float) -> None:
         self.grpc_calls.labels(method, code).inc()
         self.grpc_latency.labels(method).observe(seconds)
+
+    def watch_thread(self, role: str) -> None:
+        """Report the calling thread's CPU as the loop `role` runs on (`encoderrt_thread_cpu_seconds`)."""
+        self._threads.threads[role] = threading.get_native_id()
 
     def count_cut_off(self) -> None:
         self.cut_off_requests += 1

@@ -546,6 +546,8 @@ class GrpcServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        if self.metrics is not None:
+            self.metrics.watch_thread("grpc")
         try:
             self._loop.run_until_complete(self._serve())
         except BaseException as error:  # noqa: BLE001 - handed to start(), which raises it in the caller

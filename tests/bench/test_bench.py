@@ -176,7 +176,10 @@ def test_one_text_queries_are_measured_against_the_same_texts_batched(tiny_artif
         assert report["ratios"][f"{workload}/grpc/c{clients}/vs_http"] == round(row["ratio_to_http"], 4)
         # every text's tokens as the server counted them: a pass over the same texts, the same tokens a text
         assert row["tokens"] / row["items"] == pytest.approx(http["tokens"] / http["items"], rel=0.25)
-        assert row["server_cpu_ms_per_request"] > 0 and row["server_loop_cpu_ms_per_request"] is None
+        # the gRPC server's thread, as the server reports it: part of the process's (/proc counts 10 ms ticks)
+        tick_ms = 10 / row["requests"]
+        assert row["server_cpu_ms_per_request"] > 0
+        assert 0 <= row["server_loop_cpu_ms_per_request"] <= row["server_cpu_ms_per_request"] + tick_ms
     assert "gRPC streams against HTTP requests" in (out / "report.md").read_text()
     for (workload, mode, clients), row in rows.items():
         if workload == "queries-batched":
@@ -327,7 +330,8 @@ def test_a_servers_result_cache_is_reported_as_what_the_figures_measure(tiny_art
             ) in (out / "report.md").read_text().replace("\n", " ")
 
 
-def test_server_cpu_is_a_median_over_rounds_and_a_grpc_run_has_no_event_loop_figure():
+def test_server_cpu_is_a_median_over_rounds_and_runs_without_a_loop_figure_have_none():
+    """A server that does not report its gRPC thread's CPU (an older one) gives gRPC runs no loop figure."""
     from encoderrt.bench.report import Measurement
     from encoderrt.bench.runners import RunResult, ServerCpu
 

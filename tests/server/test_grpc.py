@@ -4,6 +4,7 @@ from TEI's field numbers, against sentence-transformers and the HTTP routes."""
 import importlib
 import struct
 import sys
+import time
 
 import grpc
 import httpx
@@ -359,6 +360,32 @@ def test_calls_are_counted_in_the_metrics(grpc_served, channel, tei):
                 if line.startswith("encoderrt_grpc_calls_total") and 'method="/tei.v1.Embed/Embed"' in line
                 and 'code="OK"' in line)
     assert float(line.rsplit(" ", 1)[1]) >= 1
+
+
+def _thread_cpu(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    return {line.split('thread="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("encoderrt_thread_cpu_seconds_total{")}
+
+
+def test_the_event_loops_cpu_is_reported_each_loop_apart(grpc_served, channel, tei):
+    """`encoderrt_thread_cpu_seconds`: the gRPC server's thread grows with gRPC calls, uvicorn's with HTTP requests,
+    and neither by more than the whole process (this test's, which runs the server) spent meanwhile."""
+    pb, stubs = tei
+    url = grpc_served[0]
+    before, process = _thread_cpu(url), time.process_time()
+    embed = stubs.EmbedStub(channel)
+    for index in range(300):
+        embed.Embed(pb.EmbedRequest(inputs=f"call {index}", truncate=True), metadata=AUTH, timeout=30)
+    middle, spent = _thread_cpu(url), time.process_time() - process
+    assert set(before) == {"event_loop", "grpc"}
+    assert 0 < middle["grpc"] - before["grpc"] <= spent + 0.02  # /proc counts 10 ms ticks
+    with httpx.Client(headers={"Authorization": f"Bearer {KEY}"}) as client:
+        for index in range(300):
+            assert client.post(f"{url}/embed", json={"inputs": f"request {index}"}).status_code == 200
+    after = _thread_cpu(url)
+    assert after["event_loop"] - middle["event_loop"] > 0.01
+    assert after["event_loop"] - middle["event_loop"] > after["grpc"] - middle["grpc"]
 
 
 def test_whether_a_streams_engine_is_backlogged_never_raises(minilm_fp32):
