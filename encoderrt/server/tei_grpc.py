@@ -306,9 +306,18 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
     waiting: deque[tuple[Message, Hashable, asyncio.Future[Message]]] = deque()
     running: set[asyncio.Task[None]] = set()
 
+    def engine_backlogged() -> bool:
+        """An engine whose backlog cannot be read counts as not backlogged: the messages run and get its error. This is
+        asked in a call's done callback too, where an exception would only be logged and the waiting never start."""
+        try:
+            return backlogged()
+        except Exception:  # noqa: BLE001 - see above; the error itself comes back in the replies
+            log.warning("a gRPC stream could not tell whether its engine is backlogged", exc_info=True)
+            return False
+
     def start(handed_on: int = 0) -> None:
         """`handed_on`: calls that start whatever the engine holds (an ended call's place)."""
-        while waiting and (handed_on > 0 or not running or not backlogged()):
+        while waiting and (handed_on > 0 or not running or not engine_backlogged()):
             handed_on -= 1
             message, shared, reply = waiting.popleft()
             group = [(message, reply)]

@@ -169,7 +169,7 @@ def _stream_through(key, fail_on=None, messages=20, backlogged=lambda: True):
             replies.append(error)
         return replies
 
-    return asyncio.run(main()), calls
+    return asyncio.run(asyncio.wait_for(main(), timeout=30)), calls  # a stream that hangs fails its test
 
 
 def test_a_stream_groups_the_messages_that_arrive_while_its_engine_is_backlogged():
@@ -193,6 +193,23 @@ def test_a_stream_sends_each_message_as_it_arrives_while_its_engine_is_not_backl
     replies, calls = _stream_through(key=lambda message: 0, backlogged=lambda: next(answers))
     assert replies == [message * 10 for message in range(20)]
     assert calls[:6] == [[message] for message in range(6)] and sum(map(len, calls)) == 20 and len(calls) < 20
+
+
+def test_a_stream_whose_backlog_cannot_be_read_runs_every_message_and_does_not_hang():
+    """Whether the engine is backlogged is asked as calls end too (in a done callback, where an exception is only
+    logged): one that raises there must count as not backlogged, or the messages waiting would never start."""
+    calls_made = []
+
+    def backlogged():
+        calls_made.append(None)
+        if len(calls_made) > 3:
+            raise RuntimeError("the engine went away")
+        return True
+
+    replies, calls = _stream_through(key=lambda message: 0, backlogged=backlogged)
+    assert replies == [message * 10 for message in range(20)]
+    assert sorted(message for call in calls for message in call) == list(range(20))
+    assert len(calls_made) > 3  # it was asked, and raised, and the stream went on
 
 
 def test_a_failed_group_runs_again_message_by_message():
