@@ -70,9 +70,9 @@ class Failed(NamedTuple):
 
 
 class TEIService:
-    """The handlers, one coroutine per method; a stream's is its group handler (X_group, in GROUPED), which answers
-    the messages of a group at once, and of which the unary method is a group of one. TEI serves one model, so its
-    messages name none: the model that answers is the one served for the method's kind, or the one named by the
+    """The handlers: a group handler (X_group, in GROUPED) answers a group of messages of method X at once, for
+    XStream and for X itself (a group of one); the other methods have one coroutine each. TEI serves one model, so its
+    messages name none: the model that answers is the one served for the method's verb, or the one named by the
     call's `model` metadata (an encoderrt extension, where several are served)."""
 
     def __init__(self, models: ModelRegistry, settings: ServerSettings):
@@ -81,6 +81,10 @@ class TEIService:
 
     def _served(self, verb: str, model: str | None) -> ServedModel:
         return self.models.resolve(model, verb)
+
+    async def answer_group(self, grouped: "Grouped", requests: list[Message], model: str | None) -> list[Message]:
+        """The replies of `grouped`'s group handler, by the model that answers its verb."""
+        return await getattr(self, grouped.handler)(requests, self._served(grouped.verb, model))
 
     def backlogged(self, verb: str, model: str | None) -> bool:
         """Whether the engine that answers `verb` already has a deep batch's worth waiting (Engine.backlogged); False
@@ -104,13 +108,9 @@ class TEIService:
             max_client_batch_size=described["max_client_batch_size"],
             tokenization_workers=described["tokenization_workers"])
 
-    async def Embed(self, request: Message, model: str | None) -> Message:
-        return (await self.embed_group([request], model))[0]
-
-    async def embed_group(self, requests: list[Message], model: str | None) -> list[Message]:
+    async def embed_group(self, requests: list[Message], served: ServedModel) -> list[Message]:
         """Embed requests that share their settings (`_embedding_settings`) as one engine request."""
         started = time.perf_counter()
-        served = self._served("embed", model)
         first = requests[0]
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(EmbedRequest(
@@ -119,12 +119,8 @@ class TEIService:
         return [proto.message("EmbedResponse")(embeddings=vector.tolist(), metadata=metadata)
                 for vector, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
-    async def EmbedSparse(self, request: Message, model: str | None) -> Message:
-        return (await self.embed_sparse_group([request], model))[0]
-
-    async def embed_sparse_group(self, requests: list[Message], model: str | None) -> list[Message]:
+    async def embed_sparse_group(self, requests: list[Message], served: ServedModel) -> list[Message]:
         started = time.perf_counter()
-        served = self._served("embed_sparse", model)
         first = requests[0]
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(SparseEmbedRequest(
@@ -133,12 +129,8 @@ class TEIService:
         return [proto.message("EmbedSparseResponse")(sparse_embeddings=common.sparse_values(row), metadata=metadata)
                 for row, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
-    async def EmbedAll(self, request: Message, model: str | None) -> Message:
-        return (await self.embed_all_group([request], model))[0]
-
-    async def embed_all_group(self, requests: list[Message], model: str | None) -> list[Message]:
+    async def embed_all_group(self, requests: list[Message], served: ServedModel) -> list[Message]:
         started = time.perf_counter()
-        served = self._served("embed_all", model)
         first = requests[0]
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(tei.embed_all_request(
@@ -147,24 +139,17 @@ class TEIService:
                                                   metadata=metadata)
                 for states, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
-    async def Predict(self, request: Message, model: str | None) -> Message:
-        return (await self.predict_group([request], model))[0]
+    async def predict_group(self, requests: list[Message], served: ServedModel) -> list[Message]:
+        return await self._predict([(request.inputs,) for request in requests], requests[0], served)
 
-    async def predict_group(self, requests: list[Message], model: str | None) -> list[Message]:
-        return await self._predict([(request.inputs,) for request in requests], requests[0], model)
-
-    async def PredictPair(self, request: Message, model: str | None) -> Message:
-        return (await self.predict_pair_group([request], model))[0]
-
-    async def predict_pair_group(self, requests: list[Message], model: str | None) -> list[Message]:
+    async def predict_pair_group(self, requests: list[Message], served: ServedModel) -> list[Message]:
         for request in requests:
             if len(request.inputs) != 2:
                 raise InvalidRequest(f"inputs must be a [text, text_pair] pair, got {len(request.inputs)} texts")
-        return await self._predict([tuple(request.inputs) for request in requests], requests[0], model)
+        return await self._predict([tuple(request.inputs) for request in requests], requests[0], served)
 
-    async def _predict(self, sequences: list[tuple[str, ...]], first: Message, model: str | None) -> list[Message]:
+    async def _predict(self, sequences: list[tuple[str, ...]], first: Message, served: ServedModel) -> list[Message]:
         started = time.perf_counter()
-        served = self._served("classify", model)
         if first.truncation_direction != 0:
             raise InvalidRequest("predict cuts inputs at their end: truncation_direction must be Right")
         completion = await served.engine.arun(tei.predict_request(sequences, first.truncate, first.raw_scores))
@@ -229,13 +214,24 @@ def _predict_settings(request: Message) -> tuple[Any, ...]:
     return request.truncate, request.truncation_direction, request.raw_scores
 
 
-GROUPED = {"EmbedStream": ("embed_group", _embedding_settings, "embed"),
-           "EmbedSparseStream": ("embed_sparse_group", _text_settings, "embed_sparse"),
-           "EmbedAllStream": ("embed_all_group", _text_settings, "embed_all"),
-           "PredictStream": ("predict_group", _predict_settings, "classify"),
-           "PredictPairStream": ("predict_pair_group", _predict_settings, "classify")}
-"""Streams whose messages run in groups (`_stream`): the method, the handler of a group, the messages' key, and
-the verb whose engine answers them."""
+class Grouped(NamedTuple):
+    """A method whose messages run in groups: X answers one, XStream a stream of them (`_stream`)."""
+
+    handler: str
+    """The TEIService group handler, which gets the messages of a group and the model that answers them."""
+    key: Callable[[Message], Hashable]
+    """What the messages of one group share."""
+    verb: str
+    """Whose engine answers them (ModelRegistry.resolve)."""
+
+
+GROUPED = {"Embed": Grouped("embed_group", _embedding_settings, "embed"),
+           "EmbedSparse": Grouped("embed_sparse_group", _text_settings, "embed_sparse"),
+           "EmbedAll": Grouped("embed_all_group", _text_settings, "embed_all"),
+           "Predict": Grouped("predict_group", _predict_settings, "classify"),
+           "PredictPair": Grouped("predict_pair_group", _predict_settings, "classify")}
+STREAM = "Stream"
+"""XStream is the stream of X's messages."""
 
 
 def _group_metadata(served: ServedModel, completion: Completion, inputs: Sequence[str | tuple[str, ...]],
@@ -285,6 +281,12 @@ def _failure(error: BaseException) -> Failed:
         return Failed(CODES.get(status_of(error), grpc.StatusCode.INTERNAL), str(error))
     log.error("unexpected error in a gRPC call", exc_info=error)
     return Failed(grpc.StatusCode.INTERNAL, INTERNAL_ERROR)
+
+
+async def _one(answer_group: Callable[[Grouped, list[Message], str | None], Awaitable[list[Message]]],
+               grouped: Grouped, request: Message, model: str | None) -> Message:
+    """A method in GROUPED called alone: a group of one."""
+    return (await answer_group(grouped, [request], model))[0]
 
 
 async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requests: AsyncIterator[Message],
@@ -444,7 +446,7 @@ class _Calls:
 
 def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.GenericRpcHandler]:
     """grpc's handlers for every method tei.proto declares that TEIService answers: a unary method by its handler,
-    a stream of messages and replies by its group handler (GROUPED), RerankStream by its own."""
+    a method in GROUPED and its stream by its group handler, RerankStream by its own."""
     calls = _Calls(metrics)
     generic = []
     for name, descriptor in proto.file.services_by_name.items():
@@ -455,11 +457,14 @@ def method_handlers(service: TEIService, metrics: Metrics | None) -> list[grpc.G
             path = f"/{descriptor.full_name}/{method.name}"
             io = {"request_deserializer": request_type.FromString, "response_serializer": reply_type.SerializeToString}
             if method.client_streaming and method.server_streaming:
-                if method.name in GROUPED:
-                    group_name, key, verb = GROUPED[method.name]
+                grouped = GROUPED.get(method.name.removesuffix(STREAM)) if method.name.endswith(STREAM) else None
+                if grouped is not None:
                     handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                        calls.streaming(path, getattr(service, group_name), key,
-                                        functools.partial(service.backlogged, verb)), **io)
+                        calls.streaming(path, functools.partial(service.answer_group, grouped), grouped.key,
+                                        functools.partial(service.backlogged, grouped.verb)), **io)
+            elif method.name in GROUPED:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    calls.unary(path, functools.partial(_one, service.answer_group, GROUPED[method.name])), **io)
             elif method.client_streaming:
                 gathered = getattr(service, method.name, None)
                 if gathered is not None:

@@ -321,6 +321,31 @@ def test_info_describes_the_first_model(channel, tei, http):
         (over_http["model_id"], pb.MODEL_TYPE_EMBEDDING, over_http["max_input_length"], 64)
 
 
+def test_each_grouped_method_answers_alone_as_its_stream_answers_one_message(channel, tei):
+    """X and XStream share one group handler (GROUPED): the unary call is the stream's one-message group."""
+    pb, stubs = tei
+    embed, predict = stubs.EmbedStub(channel), stubs.PredictStub(channel)
+    reranker = [*AUTH, ("model", "reranker")]
+    cases = [(embed.Embed, embed.EmbedStream, pb.EmbedRequest(inputs=TEXTS[1], truncate=True, normalize=True), AUTH),
+             (embed.EmbedAll, embed.EmbedAllStream, pb.EmbedAllRequest(inputs=TEXTS[1], truncate=True), AUTH),
+             (predict.Predict, predict.PredictStream, pb.PredictRequest(inputs=TEXTS[1], truncate=True), AUTH),
+             (predict.PredictPair, predict.PredictPairStream,
+              pb.PredictPairRequest(inputs=["a question", "an answer"], truncate=True), reranker)]
+    for unary, stream, message, metadata in cases:
+        alone = unary(message, metadata=metadata, timeout=30)
+        [streamed] = list(stream(iter([message]), metadata=metadata, timeout=30))
+        alone.metadata.Clear(), streamed.metadata.Clear()  # timings differ
+        assert alone == streamed, unary
+    # a dense model has no sparse output: the unary call and its stream end with the same status
+    unary_code = _code(lambda: embed.EmbedSparse(pb.EmbedSparseRequest(inputs="x"), metadata=AUTH, timeout=30))
+    stream_code = _code(lambda: list(embed.EmbedSparseStream(iter([pb.EmbedSparseRequest(inputs="x")]),
+                                                             metadata=AUTH, timeout=30)))
+    assert unary_code == stream_code and unary_code[0] != grpc.StatusCode.UNIMPLEMENTED
+    code, _ = _code(lambda: stubs.TokenizeStub(channel).Tokenize(pb.EncodeRequest(inputs="x"), metadata=AUTH,
+                                                                 timeout=30))
+    assert code == grpc.StatusCode.UNIMPLEMENTED  # TEI's, not served here (the module's docstring)
+
+
 def _code(call) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as failed:
         call()
