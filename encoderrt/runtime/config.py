@@ -53,10 +53,11 @@ class EngineConfig:
         "truncate", "embedding inputs past the model's limit: cut at it, or embedded in chunks and averaged")
     result_cache_mb: float = setting(
         0.0, "memory for the answers to rows already run, least recently used forgotten first: a repeated query, or "
-        "a document reranked again, is answered without running it (0: off)", metavar="MB")
+        "a document reranked again, is answered without running it, and a repeated short text without tokenising it "
+        "(0: off)", metavar="MB")
     """Off by default: a closed-loop benchmark that repeats its texts would measure the table, not the model (the
-    bench's own engines never use it), and the memory is the operator's to give. Keyed by a row's tokens
-    (runtime/result_cache.py)."""
+    bench's own engines never use it), and the memory is the operator's to give. Keyed by a row's tokens, and a short
+    text's tokens by the text and its truncation rule (runtime/result_cache.py)."""
     default_prompt_name: str | None = None
     """Overrides the folder's default prompt ("" serves without one); `serve` takes it per model (server/loading.py)."""
     max_token_embeddings: int = setting(

@@ -122,7 +122,9 @@ class Engine:
         self.manifest = manifest
         self.artifact_dir = artifact_dir
         self.stats = EngineStats()
-        self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir)
+        cache_bytes = int(config.result_cache_mb * 2**20)
+        cache = ResultCache(cache_bytes) if cache_bytes else None
+        self._tokenizer = TextTokenizer.for_artifact(manifest, artifact_dir, memo=cache)
         if config.long_inputs == "chunk" and manifest.text_messages:
             raise ValueError("long_inputs 'chunk' is not available for this model: it reads each text inside its chat "
                              "template, which a chunk would not hold; leave long inputs truncated")
@@ -146,8 +148,6 @@ class Engine:
         admission = Admission(config.max_queue_items, config.max_queue_seconds, budget, calibration.tokens_per_second)
         small_alone_from = small_work_alone_from(backends[0], self._tokenizer.pad, manifest.shape.vocab_size)
         deep_budget = _deep_budget(config.deep_batch_tokens, budget, config.max_batch_tokens is None, limit)
-        cache_bytes = int(config.result_cache_mb * 2**20)
-        cache = ResultCache(cache_bytes) if cache_bytes else None
         self._scheduler = Scheduler(backends, self._tokenizer.pad, budget, config.max_wait_ms, admission, self.stats,
                                     small_alone_from, deep_budget, cache)
         name = str(manifest.source.get("name") or artifact_dir.name)
@@ -200,7 +200,8 @@ class Engine:
         """Token ids with special tokens; truncate=False returns every token, however long."""
         tokenizer, cut = self._model.tokenizer_for(truncate)
         if text_pair is None:
-            return tokenizer.encode([text], cut, check_length=False)[0].ids
+            # the caller's own list: the memo keeps the one it returns
+            return list(tokenizer.encode([text], cut, check_length=False)[0].ids)
         return tokenizer.encode_pairs([text], [text_pair], cut)[0].ids
 
     def decode(self, batch: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:

@@ -10,10 +10,10 @@ a query shared by many documents (rerank, 1:N score) is tokenised once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -74,6 +74,19 @@ def _tokens(encoding: Encoding) -> Tokens:
     return Tokens(encoding.ids, encoding.type_ids)
 
 
+MEMO_CHARS = 256
+"""Texts up to this many characters (queries, with their prompt) are remembered where the tokenizer has a memo."""
+
+
+class TokensMemo(Protocol):
+    """Where a tokenizer remembers how short texts tokenised (the engine's result cache, runtime/result_cache.py):
+    search traffic repeats its queries, and tokenising one is 40-80 us of the event loop a request."""
+
+    def tokens(self, key: tuple[Hashable, ...]) -> Tokens | None: ...
+
+    def keep_tokens(self, key: tuple[Hashable, ...], tokens: Tokens) -> None: ...
+
+
 def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
     for token in ids:
         if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
@@ -83,7 +96,8 @@ def check_token_ids(index: int, ids: Sequence[int], vocab_size: int) -> None:
 class TextTokenizer:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_token_id: int, input_names: Sequence[str],
                  limit_owner: str = "the model's", chat_template: ChatTemplate | None = None,
-                 text_messages: MessageFormat | None = None):
+                 text_messages: MessageFormat | None = None, memo: TokensMemo | None = None):
+        """`memo`: where short texts' tokens are remembered (MEMO_CHARS), None: nowhere."""
         path = Path(tokenizer_file)
         self.path = path
         self.max_length = max_length
@@ -93,6 +107,7 @@ class TextTokenizer:
         self.input_names = tuple(input_names)
         self.chat_template = chat_template
         self.text_messages = text_messages
+        self.memo = memo
         self._plain = _load(path)
         self._renderer = (ChatRenderer(chat_template, self._plain, PAIR_ROLES, text_messages or "flat")
                           if chat_template else None)
@@ -109,10 +124,10 @@ class TextTokenizer:
         self.pair_special_tokens = self._plain.num_special_tokens_to_add(is_pair=True)
 
     @classmethod
-    def for_artifact(cls, manifest: Any, artifact_dir: str | Path) -> "TextTokenizer":
+    def for_artifact(cls, manifest: Any, artifact_dir: str | Path, memo: TokensMemo | None = None) -> "TextTokenizer":
         """The tokenizer an artifact's manifest describes."""
         return cls(Path(artifact_dir) / TOKENIZER_FILE, manifest.max_length, manifest.pad_token_id, manifest.inputs,
-                   chat_template=manifest.chat_template, text_messages=manifest.text_messages)
+                   chat_template=manifest.chat_template, text_messages=manifest.text_messages, memo=memo)
 
     @lru_cache(maxsize=8)
     def limited(self, max_length: int) -> "TextTokenizer":
@@ -120,7 +135,7 @@ class TextTokenizer:
         if max_length == self.max_length:
             return self
         return TextTokenizer(self.path, max_length, self.pad_token_id, self.input_names, "the request's",
-                             self.chat_template, self.text_messages)
+                             self.chat_template, self.text_messages, self.memo)
 
     def from_ids(self, token_ids: Sequence[Sequence[int]], vocab_size: int, truncate: bool = True) -> list[Tokens]:
         """Rows from caller-supplied token ids, used as given (special tokens are the caller's)."""
@@ -146,12 +161,27 @@ class TextTokenizer:
             return self._encode_messages(texts, truncate, check_length, side, prompt)
         texts = [prompt + text for text in texts] if prompt else texts
         if truncate:
-            cutter = self._truncating_left if side == "left" else self._truncating
-            return [_tokens(e) for e in _encode_all(cutter, texts)]
-        encodings = [_tokens(e) for e in _encode_all(self._plain, texts)]
+            rule, tokenizer = ("left", self._truncating_left) if side == "left" else ("right", self._truncating)
+            return self._encoded(rule, tokenizer, texts)
+        encodings = self._encoded("whole", self._plain, texts)
         if check_length:
             self._check_lengths(encodings)
         return encodings
+
+    def _encoded(self, rule: str, tokenizer: Tokenizer, texts: Sequence[str]) -> list[Tokens]:
+        """`texts` by `tokenizer`, whose truncation `rule` names; a few short ones through the memo."""
+        memo = self.memo
+        if memo is None or len(texts) > SEQUENTIAL_TEXTS or any(len(text) > MEMO_CHARS for text in texts):
+            return [_tokens(e) for e in _encode_all(tokenizer, texts)]
+        rows = []
+        for text in texts:
+            key = (self.max_length, rule, text)
+            row = memo.tokens(key)
+            if row is None:
+                row = _tokens(tokenizer.encode(text))
+                memo.keep_tokens(key, row)
+            rows.append(row)
+        return rows
 
     def _encode_messages(self, texts: Sequence[str], truncate: bool, check_length: bool, side: str,
                          prompt: str) -> list[Tokens]:

@@ -277,3 +277,68 @@ def test_callers_at_once_with_cancellations_and_evictions_each_get_their_own_ans
         stats = engine.stats.snapshot()
         assert stats["cached_items"] > 0 and checked["cancelled"] > 0 and checked["answers"] > 500
         check(pool[:3], engine.embed(pool[:3]))
+
+
+class _CountingMemo:
+    """A memo that counts what the tokenizer asks of it."""
+
+    def __init__(self):
+        self.kept, self.asked = {}, 0
+
+    def tokens(self, key):
+        self.asked += 1
+        return self.kept.get(key)
+
+    def keep_tokens(self, key, tokens):
+        assert key not in self.kept, f"{key} tokenised twice"
+        self.kept[key] = tokens
+
+
+def test_short_texts_tokenise_once_and_as_without_the_memo(minilm_fp32):
+    """The memo's key holds all that decides the tokens (the limit, the truncation side or none, the prompted text):
+    every rule gives what the tokenizer without a memo gives, the second time from the memo; long texts and many at
+    once are not remembered; a text past the limit is still refused when truncation is off."""
+    from encoderrt.runtime.errors import InputTooLong
+    from encoderrt.runtime.tokenizer import MEMO_CHARS, SEQUENTIAL_TEXTS, TextTokenizer
+
+    args = (minilm_fp32.path / "tokenizer.json", 256, 0, ("input_ids", "attention_mask", "token_type_ids"))
+    memo = _CountingMemo()
+    remembering, plain = TextTokenizer(*args, memo=memo), TextTokenizer(*args)
+    long_text = "rivers " * (MEMO_CHARS // 7 + 1)
+    calls = [((["how do rivers form", "x"],), {}), ((["how do rivers form"],), {"side": "left"}),
+             ((["how do rivers form"],), {"truncate": False}), ((["how do rivers form"],), {"prompt": "query: "}),
+             (([long_text],), {}), ((["a"] * (SEQUENTIAL_TEXTS + 1),), {})]
+    for limit in (256, 4):  # 4: a request's own limit (truncate=N), which cuts these texts
+        ours, theirs = remembering.limited(limit), plain.limited(limit)
+        for args_, kwargs in calls:
+            if limit == 4 and kwargs.get("truncate") is False:
+                for tokenizer in (ours, ours, theirs):  # refused every time, the memo's tokens or not
+                    with pytest.raises(InputTooLong):
+                        tokenizer.encode(*args_, **kwargs)
+                continue
+            expected = theirs.encode(*args_, **kwargs)
+            assert ours.encode(*args_, **kwargs) == expected == ours.encode(*args_, **kwargs), (limit, kwargs)
+    assert {(limit, rule) for limit, rule, _ in memo.kept} == {(256, "right"), (256, "left"), (256, "whole"),
+                                                                (4, "right"), (4, "left"), (4, "whole")}
+    assert {text for _, _, text in memo.kept} == {"how do rivers form", "x", "query: how do rivers form"}
+    assert remembering.limited(4).encode(["how do rivers form"]) != remembering.encode(["how do rivers form"])
+
+
+def test_remembered_tokens_count_in_the_bound_and_stay_the_memos(minilm_fp32):
+    """Tokens share the answers' bound and order; a caller of Engine.tokenize gets ids of its own."""
+    from encoderrt.runtime.result_cache import TOKEN_BYTES, TOKENS_ENTRY_BYTES
+
+    row = Tokens([101, 7592, 102], [0, 0, 0])
+    entry = len("hello") + 3 * TOKEN_BYTES + TOKENS_ENTRY_BYTES
+    cache = ResultCache(2 * entry)
+    cache.keep_tokens((256, "right", "hello"), row)
+    cache.keep_tokens((256, "left", "hello"), row)
+    assert cache.nbytes == 2 * entry and cache.tokens((256, "right", "hello")) is row
+    cache.keep_tokens((256, "whole", "hello"), row)  # the least recently used ("left") goes
+    assert cache.tokens((256, "left", "hello")) is None and len(cache) == 2 and cache.nbytes == 2 * entry
+    with Engine.load(minilm_fp32.path, result_cache_mb=1) as engine:
+        ids = engine.tokenize("how do rivers form")
+        ids.append(999)
+        assert engine.tokenize("how do rivers form") == ids[:-1]
+        with Engine.load(minilm_fp32.path) as plain:
+            np.testing.assert_array_equal(engine.embed(["how do rivers form"]), plain.embed(["how do rivers form"]))
