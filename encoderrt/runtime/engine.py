@@ -77,6 +77,8 @@ class EngineInfo:
     parallel_runs: int
     """Batches in flight at once: sessions x the backend's streams."""
     calibration: tuple[tuple[int, float, float], ...] = ()
+    result_cache_bytes: int = 0
+    """The result cache's bound (EngineConfig.result_cache_mb), 0: none."""
 
 
 def _deep_budget(given: int | None, budget: int, calibrated: bool, limit: int | None) -> int:
@@ -176,7 +178,9 @@ class Engine:
             sessions=config.sessions,
             parallel_runs=workers,
             calibration=calibration.measurements,
+            result_cache_bytes=cache_bytes,
         )
+        self._cache = cache
 
     @classmethod
     def load(cls, artifact_dir: str | Path, config: EngineConfig | None = None, **settings: Any) -> "Engine":
@@ -263,6 +267,11 @@ class Engine:
         """Whether a deep batch's worth of work already waits (EngineInfo.deep_batch_tokens): what is submitted now
         waits for at least one batch, so a caller gains nothing by sending it alone rather than with what follows."""
         return self._scheduler.deep
+
+    def result_cache_held(self) -> int:
+        """Bytes the result cache holds now (answers and remembered tokens, as it counts them), 0 without one: beside
+        EngineInfo.result_cache_bytes, whether the bound is reached."""
+        return self._cache.nbytes if self._cache is not None else 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -35,6 +35,10 @@ class _EngineCollector:
                                         labels=["model"])
         cached = CounterMetricFamily("encoderrt_cached_items", "Items answered from the result cache without running "
                                      "(--result-cache-mb)", labels=["model"])
+        held = GaugeMetricFamily("encoderrt_result_cache_bytes", "Bytes the result cache holds: answers and remembered "
+                                 "tokens (models with --result-cache-mb)", labels=["model"])
+        bound = GaugeMetricFamily("encoderrt_result_cache_limit_bytes", "The result cache's bound (--result-cache-mb)",
+                                  labels=["model"])
         for served in self._models.models():
             stats = served.engine.stats.snapshot()
             queue.add_metric([served.name], stats["queue_depth"])
@@ -47,7 +51,10 @@ class _EngineCollector:
             items.add_metric([served.name], stats["items"])
             cancelled.add_metric([served.name], stats["cancelled_items"])
             cached.add_metric([served.name], stats["cached_items"])
-        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled, cached)
+            if served.engine.info.result_cache_bytes:
+                held.add_metric([served.name], served.engine.result_cache_held())
+                bound.add_metric([served.name], served.engine.info.result_cache_bytes)
+        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled, cached, held, bound)
 
 
 class _ThreadCollector:

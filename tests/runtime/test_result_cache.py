@@ -222,6 +222,15 @@ def test_served_with_the_flag_and_counted_in_metrics(minilm_fp32, st_model):
         vectors = np.array([d["embedding"] for d in bodies[1].json()["data"]])
         assert _cosines(vectors, st_model.encode(QUERIES)).min() >= 0.99999
         assert metric(url, "encoderrt_cached_items_total", 'model="minilm"') == len(QUERIES)
+        # what it holds, beside its bound: five answers and five texts' tokens; many more texts fill it to the bound
+        assert metric(url, "encoderrt_result_cache_limit_bytes", 'model="minilm"') == 2**20
+        held = metric(url, "encoderrt_result_cache_bytes", 'model="minilm"')
+        assert len(QUERIES) * (ENTRY_BYTES + 384 * 4) < held < len(QUERIES) * 4096
+        many = [f"query number {i} about rivers" for i in range(600)]
+        for start in range(0, len(many), 64):
+            httpx.post(f"{url}/v1/embeddings", json={"input": many[start:start + 64], "model": "minilm"},
+                       timeout=60).raise_for_status()
+        assert 2**20 - 4096 < metric(url, "encoderrt_result_cache_bytes", 'model="minilm"') <= 2**20
     engine.close()
 
 
