@@ -32,6 +32,7 @@ from encoderrt.runtime.manifest import read_manifest
 from encoderrt.runtime.prompts import default_prompt
 from encoderrt.server.app import create_app
 from encoderrt.server.health import ServingHealth
+from encoderrt.server.metrics import ENGINE_FIGURES
 from encoderrt.server.registry import ModelRegistry
 from encoderrt.server.settings import ServerSettings
 
@@ -77,39 +78,32 @@ class EncoderReplica:
         self.health.check()
 
 
-EXPORTED_STATS = {
-    # engine stat -> (Ray metric kind, name, description); Ray adds the deployment, replica and application tags
-    "queue_depth": ("gauge", "encoderrt_queue_depth", "Items waiting in the engine queue"),
-    "real_tokens": ("counter", "encoderrt_tokens_processed", "Real tokens processed"),
-    "batches": ("counter", "encoderrt_batches", "Backend runs"),
-    "failed_batches": ("counter", "encoderrt_failed_batches", "Backend runs that failed"),
-    "cancelled_items": ("counter", "encoderrt_cancelled_items", "Items dropped before they ran: their client left"),
-    "overloaded": ("counter", "encoderrt_overloaded", "Requests refused with 429: the queue was full"),
-    "cached_items": ("counter", "encoderrt_cached_items", "Items answered from the result cache without running"),
-}
-
-
 class ReplicaMetrics:
-    """The engines' figures as Ray metrics, which Ray labels by replica and exports to Prometheus with the
-    cluster's own; a replica's /metrics answers for whichever replica the proxy picked."""
+    """The engines' figures (server/metrics.py's ENGINE_FIGURES, what /metrics says of them) as Ray metrics, which
+    Ray labels by deployment and replica and exports to Prometheus with the cluster's own; a replica's /metrics
+    answers for whichever replica the proxy picked."""
 
     def __init__(self, registry: ModelRegistry, gauge: type = metrics.Gauge, counter: type = metrics.Counter):
         self._registry = registry
-        self._metrics = {stat: (kind, (gauge if kind == "gauge" else counter)(name, description=text, tag_keys=("model",)))
-                         for stat, (kind, name, text) in EXPORTED_STATS.items()}
+        self._metrics = [(figure, (gauge if figure.kind == "gauge" else counter)(
+                              figure.name, description=figure.description, tag_keys=("model",)))
+                         for figure in ENGINE_FIGURES]
         self._published: dict[tuple[str, str], float] = {}
 
     def publish(self) -> None:
         for served in self._registry.models():
             stats, tags = served.engine.stats.snapshot(), {"model": served.name}
-            for stat, (kind, metric) in self._metrics.items():
-                if kind == "gauge":
-                    metric.set(stats[stat], tags=tags)
+            for figure, metric in self._metrics:
+                value = figure.read(served.engine, stats)
+                if value is None:
                     continue
-                delta = stats[stat] - self._published.get((served.name, stat), 0)
+                if figure.kind == "gauge":
+                    metric.set(value, tags=tags)
+                    continue
+                delta = value - self._published.get((served.name, figure.name), 0)
                 if delta > 0:  # Ray counters take increments; the engine keeps totals
                     metric.inc(delta, tags=tags)
-                    self._published[(served.name, stat)] = stats[stat]
+                    self._published[(served.name, figure.name)] = value
 
     def publish_every(self, seconds: float) -> None:
         while True:

@@ -1,5 +1,7 @@
 """Prometheus metrics: HTTP counters and latency per route, engine figures read at scrape time.
 
+The engine figures are one table (ENGINE_FIGURES), which Ray replicas publish too (deploy/ray.py).
+
 Each app owns its CollectorRegistry, so two apps in one process (tests, several servers) never
 share counters.
 """
@@ -7,16 +9,55 @@ share counters.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from encoderrt.runtime import Engine
 from encoderrt.runtime.cpu import cpu_seconds
 from encoderrt.server.registry import ModelRegistry
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class EngineFigure(NamedTuple):
+    """One figure of each served engine, labelled by model."""
+
+    name: str
+    kind: Literal["gauge", "counter"]
+    description: str
+    read: Callable[[Engine, Mapping[str, float]], float | None]
+    """Its value, from the engine and a snapshot of its stats; None where the engine has no such thing."""
+
+
+def _stat(name: str) -> Callable[[Engine, Mapping[str, float]], float]:
+    return lambda engine, stats: stats[name]
+
+
+ENGINE_FIGURES = (
+    EngineFigure("encoderrt_queue_depth", "gauge", "Items waiting in the engine queue", _stat("queue_depth")),
+    EngineFigure("encoderrt_padding_efficiency", "gauge", "Real tokens / padded tokens over all batches",
+                 _stat("padding_efficiency")),
+    EngineFigure("encoderrt_batches", "counter", "Backend runs", _stat("batches")),
+    EngineFigure("encoderrt_failed_batches", "counter", "Backend runs that failed", _stat("failed_batches")),
+    EngineFigure("encoderrt_batch_rows", "counter", "Rows run in batches", _stat("batch_rows")),
+    EngineFigure("encoderrt_tokens_processed", "counter", "Real tokens processed", _stat("real_tokens")),
+    EngineFigure("encoderrt_engine_items", "counter", "Items submitted to the engine", _stat("items")),
+    EngineFigure("encoderrt_cancelled_items", "counter", "Items dropped before they ran: their client left",
+                 _stat("cancelled_items")),
+    EngineFigure("encoderrt_overloaded", "counter", "Requests refused because the queue was full (429)",
+                 _stat("overloaded")),
+    EngineFigure("encoderrt_cached_items", "counter", "Items answered from the result cache without running "
+                 "(--result-cache-mb)", _stat("cached_items")),
+    EngineFigure("encoderrt_result_cache_bytes", "gauge", "Bytes the result cache holds: answers and remembered "
+                 "tokens (models with --result-cache-mb)",
+                 lambda engine, stats: engine.result_cache_held() if engine.info.result_cache_bytes else None),
+    EngineFigure("encoderrt_result_cache_limit_bytes", "gauge", "The result cache's bound (--result-cache-mb)",
+                 lambda engine, stats: engine.info.result_cache_bytes or None),
+)
+"""What /metrics and a Ray replica's published metrics say of each engine."""
 
 
 class _EngineCollector:
@@ -24,37 +65,18 @@ class _EngineCollector:
         self._models = models
 
     def collect(self) -> Iterator[Metric]:
-        queue = GaugeMetricFamily("encoderrt_queue_depth", "Items waiting in the engine queue", labels=["model"])
-        efficiency = GaugeMetricFamily("encoderrt_padding_efficiency", "Real tokens / padded tokens over all batches", labels=["model"])
-        batches = CounterMetricFamily("encoderrt_batches", "Backend runs", labels=["model"])
-        rows = CounterMetricFamily("encoderrt_batch_rows", "Rows run in batches", labels=["model"])
+        families = [(GaugeMetricFamily if figure.kind == "gauge" else CounterMetricFamily)(
+                        figure.name, figure.description, labels=["model"]) for figure in ENGINE_FIGURES]
         tokens = CounterMetricFamily("encoderrt_batch_tokens", "Tokens run in batches", labels=["model", "kind"])
-        processed = CounterMetricFamily("encoderrt_tokens_processed", "Real tokens processed", labels=["model"])
-        items = CounterMetricFamily("encoderrt_engine_items", "Items submitted to the engine", labels=["model"])
-        cancelled = CounterMetricFamily("encoderrt_cancelled_items", "Items dropped before they ran: their client left",
-                                        labels=["model"])
-        cached = CounterMetricFamily("encoderrt_cached_items", "Items answered from the result cache without running "
-                                     "(--result-cache-mb)", labels=["model"])
-        held = GaugeMetricFamily("encoderrt_result_cache_bytes", "Bytes the result cache holds: answers and remembered "
-                                 "tokens (models with --result-cache-mb)", labels=["model"])
-        bound = GaugeMetricFamily("encoderrt_result_cache_limit_bytes", "The result cache's bound (--result-cache-mb)",
-                                  labels=["model"])
         for served in self._models.models():
             stats = served.engine.stats.snapshot()
-            queue.add_metric([served.name], stats["queue_depth"])
-            efficiency.add_metric([served.name], stats["padding_efficiency"])
-            batches.add_metric([served.name], stats["batches"])
-            rows.add_metric([served.name], stats["batch_rows"])
+            for figure, family in zip(ENGINE_FIGURES, families):
+                value = figure.read(served.engine, stats)
+                if value is not None:
+                    family.add_metric([served.name], value)
             tokens.add_metric([served.name, "real"], stats["real_tokens"])
             tokens.add_metric([served.name, "padded"], stats["padded_tokens"])
-            processed.add_metric([served.name], stats["real_tokens"])
-            items.add_metric([served.name], stats["items"])
-            cancelled.add_metric([served.name], stats["cancelled_items"])
-            cached.add_metric([served.name], stats["cached_items"])
-            if served.engine.info.result_cache_bytes:
-                held.add_metric([served.name], served.engine.result_cache_held())
-                bound.add_metric([served.name], served.engine.info.result_cache_bytes)
-        yield from (queue, efficiency, batches, rows, tokens, processed, items, cancelled, cached, held, bound)
+        yield from (*families, tokens)
 
 
 class _ThreadCollector:

@@ -283,7 +283,8 @@ def test_a_replica_whose_every_batch_fails_is_unhealthy_until_one_succeeds(contr
 
 
 def test_replica_metrics_reach_ray_as_increments_of_the_engines_totals(tiny_artifacts):
-    from encoderrt.deploy.ray import EXPORTED_STATS, ReplicaMetrics
+    from encoderrt.deploy.ray import ReplicaMetrics
+    from encoderrt.server.metrics import ENGINE_FIGURES
     from server_helpers import ready_registry
 
     class Recorded:
@@ -310,7 +311,7 @@ def test_replica_metrics_reach_ray_as_increments_of_the_engines_totals(tiny_arti
         published.publish()
         published.publish()  # nothing new: no increment
         stats = engine.stats.snapshot()
-    assert set(created) == {name for _, name, _ in EXPORTED_STATS.values()}
+    assert set(created) == {figure.name for figure in ENGINE_FIGURES}  # what /metrics says of an engine
     tokens = created["encoderrt_tokens_processed"].values
     assert [kind for kind, _, _ in tokens] == ["inc", "inc"] and sum(v for _, v, _ in tokens) == stats["real_tokens"]
     assert all(tags == {"model": "st"} for _, _, tags in tokens)

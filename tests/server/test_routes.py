@@ -231,8 +231,12 @@ def test_metrics(client):
     assert 'encoderrt_http_requests_total{route="/v1/embeddings",status="404"}' in text
     assert 'encoderrt_http_request_duration_seconds_bucket{le="0.005",route="/v1/embeddings"}' in text
     for name in ('encoderrt_queue_depth{model="minilm"}', 'encoderrt_padding_efficiency{model="minilm"}',
-                 'encoderrt_tokens_processed_total{model="minilm"}', 'encoderrt_batch_tokens_total{kind="padded",model="minilm"}'):
+                 'encoderrt_tokens_processed_total{model="minilm"}',
+                 'encoderrt_batch_tokens_total{kind="padded",model="minilm"}',
+                 'encoderrt_failed_batches_total{model="minilm"} 0.0',
+                 'encoderrt_overloaded_total{model="minilm"} 0.0'):
         assert name in text
+    assert "encoderrt_result_cache_bytes{" not in text  # a figure the engine does not have is left out
 
 
 def test_docs_work_offline(client):
