@@ -7,13 +7,37 @@ import weakref
 import pytest
 
 from encoderrt import Engine
-from encoderrt.runtime.heap import freeze_startup_heap
+from encoderrt.runtime.heap import SERVING_GEN0_THRESHOLD, freeze_startup_heap
 
 
 @pytest.fixture
 def thawed():
+    threshold = gc.get_threshold()
     yield
     gc.unfreeze()  # the test's process is pytest's, not a server's: give its objects back to the collector
+    gc.set_threshold(*threshold)
+
+
+@pytest.fixture
+def collections():
+    """The generations of the collections that start while the test runs."""
+    started: list[int] = []
+
+    def count(phase, info):
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(count)
+    yield started
+    gc.callbacks.remove(count)
+
+
+def _requests_in_flight(rounds: int = 20, objects: int = 2_000) -> None:
+    """What requests in flight do to the collector's count: thousands of tracked objects made, then freed by
+    reference counting, none in a cycle."""
+    for _ in range(rounds):
+        in_flight = [[index] for index in range(objects)]
+        del in_flight
 
 
 class _Node:
@@ -36,3 +60,22 @@ def test_freezing_takes_a_loaded_engine_out_of_every_collection_and_leaves_later
         gc.collect()
         assert gone() is None
         assert engine.embed(["still serving"]).shape == (1, 384)
+
+
+def test_a_serving_process_leaves_requests_garbage_without_cycles_alone_and_still_frees_a_cycle(thawed, collections):
+    gc.collect()
+    _requests_in_flight()
+    assert len(collections) >= 20  # Python's own threshold: a young collection in every round
+
+    freeze_startup_heap()
+    collections.clear()
+    _requests_in_flight()
+    assert collections == []
+
+    first, second = _Node(), _Node()
+    first.other, second.other = second, first
+    gone = weakref.ref(first)
+    del first, second
+    young = [[index] for index in range(SERVING_GEN0_THRESHOLD + 100)]  # the young generation fills up
+    assert collections and gone() is None  # and its collection frees the cycle, with no gc.collect() of ours
+    del young
