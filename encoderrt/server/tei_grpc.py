@@ -308,13 +308,20 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
     waiting: deque[tuple[Message, Hashable, asyncio.Future[Message]]] = deque()
     running: set[asyncio.Task[None]] = set()
 
+    unreadable_backlog_logged = False
+
     def engine_backlogged() -> bool:
         """An engine whose backlog cannot be read counts as not backlogged: the messages run and get its error. This is
-        asked in a call's done callback too, where an exception would only be logged and the waiting never start."""
+        asked in a call's done callback too, where an exception would only be logged and the waiting never start.
+        Logged once a stream: it is asked for each message."""
+        nonlocal unreadable_backlog_logged
         try:
             return backlogged()
         except Exception:  # noqa: BLE001 - see above; the error itself comes back in the replies
-            log.warning("a gRPC stream could not tell whether its engine is backlogged", exc_info=True)
+            if not unreadable_backlog_logged:
+                unreadable_backlog_logged = True
+                log.warning("a gRPC stream could not tell whether its engine is backlogged; its messages run as "
+                            "they come", exc_info=True)
             return False
 
     def start(handed_on: int = 0) -> None:
