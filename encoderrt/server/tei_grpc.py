@@ -115,7 +115,7 @@ class TEIService:
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(EmbedRequest(
             texts, first.normalize, None, first.truncate, prompt_name=_prompt_name(first),
-            truncation_side=SIDES[first.truncation_direction]))
+            truncation_side=_side(first)))
         return [proto.message("EmbedResponse")(embeddings=vector.tolist(), metadata=metadata)
                 for vector, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
@@ -125,7 +125,7 @@ class TEIService:
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(SparseEmbedRequest(
             texts, None, first.truncate, prompt_name=_prompt_name(first),
-            truncation_side=SIDES[first.truncation_direction]))
+            truncation_side=_side(first)))
         return [proto.message("EmbedSparseResponse")(sparse_embeddings=common.sparse_values(row), metadata=metadata)
                 for row, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
 
@@ -134,7 +134,7 @@ class TEIService:
         first = requests[0]
         texts = [request.inputs for request in requests]
         completion = await served.engine.arun(tei.embed_all_request(
-            served, texts, first.truncate, _prompt_name(first), SIDES[first.truncation_direction]))
+            served, texts, first.truncate, _prompt_name(first), _side(first)))
         return [proto.message("EmbedAllResponse")(token_embeddings=[{"embeddings": row.tolist()} for row in states],
                                                   metadata=metadata)
                 for states, metadata in zip(completion.value, _group_metadata(served, completion, texts, started))]
@@ -198,6 +198,16 @@ class TEIService:
 
 def _prompt_name(request: Message) -> str | None:
     return request.prompt_name if request.HasField("prompt_name") else None
+
+
+def _side(request: Message) -> str:
+    """The engine's truncation side for a message's truncation_direction. proto3 keeps an enum value tei.proto does
+    not define as its number: the caller's error, named, not a lookup that fails inside the server."""
+    side = SIDES.get(request.truncation_direction)
+    if side is None:
+        raise InvalidRequest(f"truncation_direction {request.truncation_direction} is not one of tei.proto's: "
+                             "TRUNCATION_DIRECTION_RIGHT (0) or TRUNCATION_DIRECTION_LEFT (1)")
+    return side
 
 
 def _text_settings(request: Message) -> tuple[Any, ...]:

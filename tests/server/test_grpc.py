@@ -375,6 +375,17 @@ def test_errors_end_the_call_with_the_code_of_their_http_status(channel, tei):
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED  # past --max-body-bytes, as HTTP's 413
     code, _ = _code(lambda: stubs.TokenizeStub(channel).Tokenize(pb.EncodeRequest(inputs="x"), metadata=AUTH, timeout=30))
     assert code == grpc.StatusCode.UNIMPLEMENTED
+    # proto3 keeps an enum value the proto does not define, as a newer client's would be: the caller's error, named
+    unknown_side = [pb.EmbedRequest(inputs="fine", truncate=True), pb.EmbedRequest(inputs="x", truncation_direction=2)]
+    code, details = _code(lambda: embed.Embed(unknown_side[1], metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "truncation_direction 2 is not one of" in details
+    replies = embed.EmbedStream(iter(unknown_side), metadata=AUTH, timeout=30)
+    assert len(next(replies).embeddings) == 384
+    code, details = _code(lambda: next(replies))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "truncation_direction 2 is not one of" in details
+    code, details = _code(lambda: embed.EmbedAll(pb.EmbedAllRequest(inputs="x", truncation_direction=-1),
+                                                 metadata=AUTH, timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "truncation_direction -1 is not one of" in details
     ok = embed.Embed(pb.EmbedRequest(inputs="still serving", truncate=True), metadata=AUTH, timeout=30)
     assert len(ok.embeddings) == 384
 
