@@ -96,6 +96,8 @@ class Corpus:
                 raise ValueError(f"{path} is read as text lines (one text a line): it has no fields for "
                                  f"{'--id-field' if fields.id else 'a query and a document'}; give JSON lines, "
                                  "CSV or Parquet")
+            if kind == "parquet":  # its footer: a file that is not Parquet, or lacks a field, is told before a compile
+                _parquet_columns(path, fields)
 
     def fingerprint(self) -> list[dict[str, Any]]:
         """What a resumed job checks its inputs against: each file's path, size and modification time."""
@@ -217,26 +219,59 @@ def _header(path: Path, delimiter: str) -> list[str]:
     return next(csv.reader(lines, delimiter=delimiter), [])
 
 
-def _parquet(path: Path, offset: int, fields: Fields) -> Iterator[tuple[dict[str, Any] | str, int]]:
+class UnreadableInput(ValueError):
+    """Part of an input file that cannot be read, found as the job reads it (a Parquet row group that does not
+    decode): the rows before it are good, and the job stops there."""
+
+
+def _parquet_file(path: Path) -> Any:
+    """`path` opened as Parquet; a file that is not one is the input's error, named (pyarrow's own says which file
+    nowhere)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    file = pq.ParquetFile(path)
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path} is not a Parquet file pyarrow can read: {_one_line(error)}") from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _parquet_columns(path: Path, fields: Fields) -> tuple[Any, list[str]]:
+    """`path` opened as Parquet, and the columns the job reads from it; ValueErrors name a file that is not Parquet
+    and the fields it lacks."""
+    file = _parquet_file(path)
     columns = [*fields.values, *([fields.id] if fields.id else [])]
     missing = [name for name in columns if name not in file.schema_arrow.names]
     if missing:
         raise ValueError(f"{path} has no column {', '.join(missing)} "
                          f"(its columns: {', '.join(file.schema_arrow.names)})")
+    return file, columns
+
+
+def _parquet(path: Path, offset: int, fields: Fields) -> Iterator[tuple[dict[str, Any] | str, int]]:
+    import pyarrow as pa
+
+    file, columns = _parquet_columns(path, fields)
     row = 0
     for group in range(file.num_row_groups):
         rows = file.metadata.row_group(group).num_rows
         if row + rows <= offset:  # a resumed read skips whole row groups unread
             row += rows
             continue
-        for batch in file.iter_batches(row_groups=[group], columns=columns, batch_size=4096):
-            for record in batch.to_pylist():
-                row += 1
-                if row > offset:
-                    yield record, row
+        first = row  # counted from 0, as the job's rows are
+        try:
+            for batch in file.iter_batches(row_groups=[group], columns=columns, batch_size=4096):
+                for record in batch.to_pylist():
+                    row += 1
+                    if row > offset:
+                        yield record, row
+        except (pa.ArrowException, OSError) as error:  # the footer read, this group's pages do not decode
+            raise UnreadableInput(f"{path}: rows {first:,}-{first + rows - 1:,} of the file (row group {group + 1} "
+                                  f"of {file.num_row_groups}) cannot be read: {_one_line(error)}") from None
 
 
 _READERS = {"text": _text, "jsonl": _jsonl, "csv": _delimited(","), "tsv": _delimited("\t"), "parquet": _parquet}
@@ -244,9 +279,7 @@ _READERS = {"text": _text, "jsonl": _jsonl, "csv": _delimited(","), "tsv": _deli
 
 def _count(path: Path, kind: str) -> int:
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
+        return _parquet_file(path).metadata.num_rows
     if kind in ("csv", "tsv"):  # quoted fields may hold line ends: parse
         return sum(1 for _ in _READERS[kind](path, 0, Fields((), None)))
     count, blank = 0, kind == "jsonl"

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from encoderrt.compile.cache import PRECISION_HELP, CachePrecision
-from encoderrt.jobs.inputs import Corpus, Fields, InputFormat, Position, Row, resolve
+from encoderrt.jobs.inputs import Corpus, Fields, InputFormat, Position, Row, UnreadableInput, resolve
 from encoderrt.jobs.outputs import Output
 from encoderrt.jobs.progress import Progress, Summary
 from encoderrt.jobs.shards import OutputFolder, ShardRecord, identity_of, manifest_hash, shard_name
@@ -112,17 +112,23 @@ def run_job(corpus: Corpus, output: str | Path, kind: Output, engine: Engine, ar
 def _run_shards(corpus: Corpus, folder: OutputFolder, kind: Output, engine: Engine, job: JobSettings,
                 progress: Progress) -> None:
     first, position = folder.resume_position()
+    unreadable = None
     with ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="encoderrt-job") as pool:
         pending: deque[_Shard] = deque()
-        for shard in _shards(corpus, position, first, job.shard_rows, folder):
-            _check_rows(shard, job, pending, folder, kind, corpus, progress)
-            shard.started = time.perf_counter()
-            shard.order, shard.futures = submit_rows(pool, engine, kind, [row.values for row in shard.good])
-            pending.append(shard)
-            while len(pending) > 1 or (pending and not pending[0].futures):
-                _write(pending.popleft(), folder, kind, corpus, job, progress)
+        try:
+            for shard in _shards(corpus, position, first, job.shard_rows, folder):
+                _check_rows(shard, job, pending, folder, kind, corpus, progress)
+                shard.started = time.perf_counter()
+                shard.order, shard.futures = submit_rows(pool, engine, kind, [row.values for row in shard.good])
+                pending.append(shard)
+                while len(pending) > 1 or (pending and not pending[0].futures):
+                    _write(pending.popleft(), folder, kind, corpus, job, progress)
+        except UnreadableInput as exc:  # the shards read before it are still written
+            unreadable = exc
         while pending:
             _write(pending.popleft(), folder, kind, corpus, job, progress)
+    if unreadable is not None:
+        raise JobFailed(f"{unreadable} (the shards before it are written)") from None
 
 
 def load_engine(model: str | Path | None, job: JobSettings, config: EngineConfig | None = None,

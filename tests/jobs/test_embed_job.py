@@ -130,6 +130,25 @@ def test_a_byte_order_mark_starting_a_file_is_not_part_of_its_first_row(engine, 
         assert cosines(vectors, reference[:3]).min() >= 0.99999, name
 
 
+def test_a_parquet_file_that_cannot_be_read_is_named_and_the_shards_read_before_it_are_written(engine, reference,
+                                                                                               tmp_path):
+    (tmp_path / "garbage.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match=r"garbage\.parquet is not a Parquet file pyarrow can read: "):
+        embed_corpus(tmp_path / "garbage.parquet", tmp_path / "none", engine=engine)
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": TEXTS[:120]}), path, row_group_size=40)
+    data = bytearray(path.read_bytes())
+    header = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    data[header:header + 64] = b"\xff" * 64  # the second row group's first page header no longer decodes
+    path.write_bytes(bytes(data))
+    with pytest.raises(JobFailed, match=r"in\.parquet: rows 40-79 of the file \(row group 2 of 3\) cannot be read: "
+                                        r".*\(the shards before it are written\)"):
+        embed_corpus(path, tmp_path / "out", engine=engine, shard_rows=20)
+    ids, vectors, _ = read_output(tmp_path / "out")
+    assert ids == list(range(40)) and cosines(vectors, reference[:40]).min() >= 0.99999
+
+
 def embed_corpus_row(engine, text: str) -> np.ndarray:
     return engine.embed([text])[0]
 
@@ -229,12 +248,18 @@ def test_killed_with_sigkill_and_rerun_it_equals_the_whole_run(minilm_fp32, corp
 
 def test_a_missing_input_is_told_before_the_model_is_compiled(tmp_path, monkeypatch):
     """Here and on Ray: the bundled model's compile (half a minute here, minutes for a large model) comes after the
-    inputs are found, so a typo in a path costs nothing."""
+    inputs are found, so a typo in a path costs nothing; so do a Parquet file's footer and its columns."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("ENCODERRT_CACHE", str(cache))
+    (tmp_path / "garbage.parquet").write_bytes(b"not parquet at all")
+    pq.write_table(pa.table({"body": ["a text"]}), tmp_path / "other.parquet")
     for ray in (False, True):
         with pytest.raises(ValueError, match="input not found"):
             embed_corpus(tmp_path / "missing.jsonl", tmp_path / "out", ray=ray)
+        with pytest.raises(ValueError, match="garbage.parquet is not a Parquet file pyarrow can read"):
+            embed_corpus(tmp_path / "garbage.parquet", tmp_path / "out", ray=ray)
+        with pytest.raises(ValueError, match=r"other.parquet has no column text \(its columns: body\)"):
+            embed_corpus(tmp_path / "other.parquet", tmp_path / "out", ray=ray)
     assert not cache.exists() and not (tmp_path / "out").exists()
 
 
