@@ -98,6 +98,10 @@ class Corpus:
                                  "CSV or Parquet")
             if kind == "parquet":  # its footer: a file that is not Parquet, or lacks a field, is told before a compile
                 _parquet_columns(path, fields)
+            elif compression := _compression(path):
+                name, tool = compression
+                raise ValueError(f"{path} is {name}-compressed: inputs are read as they are stored; decompress it "
+                                 f"first ({tool} {path.name})")
 
     def fingerprint(self) -> list[dict[str, Any]]:
         """What a resumed job checks its inputs against: each file's path, size and modification time."""
@@ -145,6 +149,22 @@ def _has_surrogates(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+COMPRESSED = {b"\x1f\x8b": ("gzip", "gunzip"), b"BZh": ("bzip2", "bunzip2"), b"\xfd7zXZ\x00": ("xz", "unxz"),
+              b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"), b"PK\x03\x04": ("zip", "unzip")}
+"""Magic bytes of compressed files, which the line formats would read as rows of invalid UTF-8."""
+
+CSV_FIELD_LIMIT = 2**31 - 1
+"""The csv module refuses a field past 131,072 characters, and a corpus may hold a longer document (the model
+truncates it, or chunks it): the job raises that limit, the csv module's one setting for the whole process."""
+
+
+def _compression(path: Path) -> tuple[str, str] | None:
+    """The compression of `path` by its first bytes (COMPRESSED), with the command that undoes it; None: none."""
+    with path.open("rb") as file:
+        start = file.read(6)
+    return next((found for magic, found in COMPRESSED.items() if start.startswith(magic)), None)
 
 
 BOM = codecs.BOM_UTF8
@@ -199,16 +219,19 @@ def _delimited(delimiter: str):
                 position[0] = after
                 yield line.decode("utf-8", "surrogateescape")
 
-        records = csv.reader(lines(), delimiter=delimiter)
-        if offset == 0:
-            next(records, None)
-        for values in records:
-            if not values:
-                continue
-            if len(values) != len(header):
-                yield f"{len(values)} columns where the header has {len(header)}", position[0]
-                continue
-            yield dict(zip(header, values)), position[0]
+        records = _csv_reader(lines(), delimiter)
+        try:
+            if offset == 0:
+                next(records, None)
+            for values in records:
+                if not values:
+                    continue
+                if len(values) != len(header):
+                    yield f"{len(values)} columns where the header has {len(header)}", position[0]
+                    continue
+                yield dict(zip(header, values)), position[0]
+        except csv.Error as error:  # nothing a row alone could be blamed for: where the reading stopped is named
+            raise UnreadableInput(f"{path}: the record after byte {position[0]:,} cannot be read: {error}") from None
 
     return read
 
@@ -216,7 +239,12 @@ def _delimited(delimiter: str):
 def _header(path: Path, delimiter: str) -> list[str]:
     """The first record, read from the lines the rows are read from (past a BOM, as they are)."""
     lines = (line.decode("utf-8", "surrogateescape") for line, _ in _lines(path, 0, keep_ends=True))
-    return next(csv.reader(lines, delimiter=delimiter), [])
+    return next(_csv_reader(lines, delimiter), [])
+
+
+def _csv_reader(lines: Iterator[str], delimiter: str) -> Iterator[list[str]]:
+    csv.field_size_limit(CSV_FIELD_LIMIT)
+    return csv.reader(lines, delimiter=delimiter)
 
 
 class UnreadableInput(ValueError):

@@ -2,6 +2,7 @@
 intact, from every input format; bad rows reported; a job killed with SIGKILL and rerun equals the job run whole."""
 
 import csv
+import gzip
 import json
 import os
 import random
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from encoderrt.bench.workloads import passages, queries
-from encoderrt.jobs import JobFailed, PairScores, embed_corpus
+from encoderrt.jobs import JobFailed, PairScores, embed_corpus, inputs
 from encoderrt.jobs.job import JobSettings, load_engine
 
 TEXTS = [*queries(850, seed=11), *passages(150, seed=12)]
@@ -149,6 +150,25 @@ def test_a_parquet_file_that_cannot_be_read_is_named_and_the_shards_read_before_
     assert ids == list(range(40)) and cosines(vectors, reference[:40]).min() >= 0.99999
 
 
+def test_a_csv_field_longer_than_the_csv_modules_limit_is_a_row_and_a_record_it_cannot_read_is_named(
+        engine, tmp_path, monkeypatch):
+    long_document = " ".join(TEXTS[850:]) * 8  # past the csv module's own limit of 131,072 characters
+    assert len(long_document) > 131_072
+    with (tmp_path / "in.csv").open("w", newline="", encoding="utf-8") as file:
+        csv.writer(file).writerows([["text"], [TEXTS[0]], [long_document], [TEXTS[1]]])
+    embed_corpus(tmp_path / "in.csv", tmp_path / "out", engine=engine)
+    ids, vectors, _ = read_output(tmp_path / "out")
+    expected = engine.embed([TEXTS[0], long_document, TEXTS[1]])  # cut at the model's limit, as any text is
+    assert ids == [0, 1, 2] and cosines(vectors, expected).min() >= 0.99999
+
+    # what the csv module cannot read, however it fails, is named; it is met counting the rows, before any runs
+    monkeypatch.setattr(inputs, "CSV_FIELD_LIMIT", 1_000)
+    with pytest.raises(ValueError, match=r"in\.csv: the record after byte [\d,]+ cannot be read: field larger than "
+                                         r"field limit \(1000\)$"):
+        embed_corpus(tmp_path / "in.csv", tmp_path / "stopped", engine=engine, shard_rows=1)
+    assert not list((tmp_path / "stopped").glob("part-*"))
+
+
 def embed_corpus_row(engine, text: str) -> np.ndarray:
     return engine.embed([text])[0]
 
@@ -252,6 +272,8 @@ def test_a_missing_input_is_told_before_the_model_is_compiled(tmp_path, monkeypa
     cache = tmp_path / "cache"
     monkeypatch.setenv("ENCODERRT_CACHE", str(cache))
     (tmp_path / "garbage.parquet").write_bytes(b"not parquet at all")
+    with gzip.open(tmp_path / "zipped.jsonl.gz", "wt") as file:
+        file.write(json.dumps({"text": "a text"}) + "\n")
     pq.write_table(pa.table({"body": ["a text"]}), tmp_path / "other.parquet")
     for ray in (False, True):
         with pytest.raises(ValueError, match="input not found"):
@@ -260,6 +282,8 @@ def test_a_missing_input_is_told_before_the_model_is_compiled(tmp_path, monkeypa
             embed_corpus(tmp_path / "garbage.parquet", tmp_path / "out", ray=ray)
         with pytest.raises(ValueError, match=r"other.parquet has no column text \(its columns: body\)"):
             embed_corpus(tmp_path / "other.parquet", tmp_path / "out", ray=ray)
+        with pytest.raises(ValueError, match=r"zipped.jsonl.gz is gzip-compressed: .*\(gunzip zipped.jsonl.gz\)"):
+            embed_corpus(tmp_path / "zipped.jsonl.gz", tmp_path / "out", ray=ray)
     assert not cache.exists() and not (tmp_path / "out").exists()
 
 
