@@ -103,7 +103,11 @@ class Workload:
 def read_texts(path: Path) -> list[str]:
     """A user's own texts: one per line, or JSON lines with a "text" field."""
     texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        content = path.read_text(encoding="utf-8-sig")  # past a BOM, as the jobs read their inputs
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(content.splitlines(), 1):
         if not line.strip():
             continue
         if path.suffix == ".jsonl":

@@ -72,6 +72,11 @@ def test_user_texts(tmp_path):
     jsonl.write_text('{"text": "a"}\n{"body": "b"}\n')
     with pytest.raises(ValueError, match="texts.jsonl:2"):
         workloads.read_texts(jsonl)
+    jsonl.write_bytes(b'\xef\xbb\xbf{"text": "a"}\r\n')  # a BOM, as Windows tools write UTF-8
+    assert workloads.read_texts(jsonl) == ["a"]
+    lines.write_bytes(b"caf\xe9\n")  # Latin-1
+    with pytest.raises(ValueError, match=r"texts.txt is not UTF-8 text \(invalid continuation byte at byte 3\)"):
+        workloads.read_texts(lines)
 
 
 def test_short_real_bench_writes_a_readable_report(tiny_artifacts, tmp_path, capsys):
