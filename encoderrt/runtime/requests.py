@@ -40,7 +40,7 @@ def as_texts(texts: str | Sequence[str], field_name: str) -> list[str]:
     """One text or a list of texts, checked: anything else names the field and the offending item."""
     if isinstance(texts, str):
         return [texts]
-    if not isinstance(texts, Sequence):
+    if not isinstance(texts, Sequence) or isinstance(texts, (bytes, bytearray)):  # bytes: a sequence of ints
         raise InvalidRequest(f"{field_name} must be a string or a list of strings, got {type(texts).__name__}")
     for index, text in enumerate(texts):
         if not isinstance(text, str):

@@ -65,9 +65,24 @@ against 2.35, the same ids)."""
 
 
 def _encode_all(tokenizer: Tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
-    if len(texts) <= SEQUENTIAL_TEXTS and sum(map(len, texts)) <= SEQUENTIAL_CHARS:
-        return [tokenizer.encode(text, add_special_tokens=add_special_tokens) for text in texts]
-    return tokenizer.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+    try:
+        if len(texts) <= SEQUENTIAL_TEXTS and sum(map(len, texts)) <= SEQUENTIAL_CHARS:
+            return [tokenizer.encode(text, add_special_tokens=add_special_tokens) for text in texts]
+        return tokenizer.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+    except TypeError:
+        _check_unicode(texts)
+        raise
+
+
+def _check_unicode(texts: Sequence[str]) -> None:
+    """A text the tokenizer refused (a TypeError of its own) for a lone surrogate, which a Python str may hold and
+    no UTF-8 text does, is the caller's error, named; found only after a refusal, so tokenising pays nothing."""
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(f"a text is not valid Unicode: it holds a lone surrogate ({text[exc.start]!r}) at "
+                                 f"character {exc.start}, after {text[max(0, exc.start - 20):exc.start]!r}") from None
 
 
 def _tokens(encoding: Encoding) -> Tokens:
@@ -178,7 +193,7 @@ class TextTokenizer:
             key = (self.max_length, rule, text)
             row = memo.tokens(key)
             if row is None:
-                row = _tokens(tokenizer.encode(text))
+                row = _tokens(_encode_all(tokenizer, [text])[0])
                 memo.keep_tokens(key, row)
             rows.append(row)
         return rows

@@ -94,6 +94,20 @@ def test_matryoshka_dimensions_and_normalize(minilm_engine, st_model):
             minilm_engine.embed(TEXTS, dimensions=bad)
 
 
+def test_texts_that_are_no_text_are_named_and_the_engine_goes_on(minilm_engine):
+    with pytest.raises(InvalidRequest, match="texts must be a string or a list of strings, got bytes"):
+        minilm_engine.embed(b"how rivers form")  # a sequence, of ints
+    # a Python str may hold a lone surrogate (a file decoded with surrogateescape); the tokenizer refuses it
+    many = [TEXTS[0]] * 20 + ["rivers \udcff form"]  # tokenised on the calling thread, and in one batch call
+    for texts in (["rivers \udcff form"], many):
+        with pytest.raises(InvalidRequest, match=r"a text is not valid Unicode: it holds a lone surrogate "
+                                                 r"\('\\udcff'\) at character 7, after 'rivers '"):
+            minilm_engine.embed(texts)
+    with pytest.raises(InvalidRequest, match="lone surrogate"):
+        minilm_engine.rerank("\ud800", [TEXTS[1]])
+    assert minilm_engine.embed([TEXTS[0]]).shape == (1, 384)
+
+
 def test_embedding_model_scores_by_cosine(minilm_engine, st_model):
     from sentence_transformers.util import cos_sim
 
