@@ -4,7 +4,8 @@ the work of a client that went away.
 Plain ASGI rather than BaseHTTPMiddleware: it streams untouched. A POST runs beside a watcher task
 that waits, once the body is read, for the client's `http.disconnect`; if that comes first the route is
 cancelled, which cancels its engine request, so its rows are dropped before they run (counted as the
-engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed). A POST to
+engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed; so is one
+that goes away before its body is in). A POST to
 a dialect's route goes straight to its handler (direct_routes.py); anything else, down FastAPI's stack.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from encoderrt.server.connections import BODY_IN, CLIENT_GONE, ClientGone
 from encoderrt.server.direct_routes import DirectRoutes
@@ -103,6 +105,8 @@ class ServerMiddleware:
                         status_holder["status"] = CLIENT_CLOSED
                 else:
                     await self.app(scope, self._limited(scope, receive), send_with_id)
+            except ClientDisconnect:  # gone before its body was in: nobody to answer, and no fault of ours
+                status_holder["status"] = CLIENT_CLOSED
             except asyncio.CancelledError:  # uvicorn's shutdown timeout ran out with this request in flight
                 if status_holder.get("started"):
                     raise

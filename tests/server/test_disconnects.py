@@ -48,6 +48,27 @@ def test_disconnected_clients_work_is_dropped_within_one_batch(controlled, tiny_
     engine.close()
 
 
+@pytest.mark.parametrize("path", ["/embed", "/v1/embeddings"])
+def test_a_client_gone_before_its_body_is_in_counts_as_499_not_as_our_error(tiny_artifacts, path, caplog):
+    """It was logged as an unexpected error with its traceback and counted as a 500: a spurious fault in every
+    dashboard that alerts on 5xx."""
+    engine = Engine.load(tiny_artifacts["st-cls"], max_batch_tokens=512)
+    app = create_app(ServerSettings(), ready_registry(st=engine))
+    with running_server(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        client = socket.create_connection((host, int(port)))
+        client.sendall(f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+                       'content-length: 100\r\n\r\n{"inputs": '.encode())
+        time.sleep(0.2)  # the route is reading the body when the client goes
+        client.close()
+        wait_for(lambda: metric(url, "encoderrt_http_requests_total", f'route="{path}",status="499"') == 1, 10,
+                 "the disconnect was never counted as 499")
+        assert metric(url, "encoderrt_http_requests_total", 'status="500"') == 0
+        assert not [r for r in caplog.records if r.levelname == "ERROR"]
+        assert httpx.post(f"{url}/embed", json={"inputs": TEXTS[:2]}, timeout=30).status_code == 200
+    engine.close()
+
+
 def _send_embed_request(host, port, texts):
     """A raw HTTP request whose client can then go away without reading the answer."""
     body = json.dumps({"inputs": texts, "truncate": True}).encode()
