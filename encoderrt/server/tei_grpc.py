@@ -30,7 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from encoderrt import proto
-from encoderrt.runtime.errors import EngineError, InvalidRequest
+from encoderrt.runtime.errors import EngineError, InvalidRequest, Overloaded
 from encoderrt.runtime.requests import Completion
 from encoderrt.runtime.tasks import EmbedRequest, RerankRequest, ScoreRequest, SparseEmbedRequest
 from encoderrt.runtime.tasks.rerank import rank
@@ -310,13 +310,15 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
     would wait for a batch in the engine anyway; held back while it is not backlogged, they starved its batches: at
     most four calls in flight served a stream of single queries, 32 in flight, at 3,455 against 3,950 tokens/s
     (batches of 7 rows; medians of 4 alternating rounds, 2-core AVX2 EPYC). A group that fails runs again message by
-    message, so each gets its own reply or error.
+    message, so each gets its own reply or error. A call refused for a full queue while others of the stream are in
+    the engine waits for them (`_StreamAdmission`) rather than failing the stream.
     """
     loop = asyncio.get_running_loop()
     replies: asyncio.Queue[asyncio.Future[Message] | BaseException | None] = asyncio.Queue()
     slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
     waiting: deque[tuple[Message, Hashable, asyncio.Future[Message]]] = deque()
     running: set[asyncio.Task[None]] = set()
+    admission = _StreamAdmission()
 
     unreadable_backlog_logged = False
 
@@ -343,7 +345,7 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
             while waiting and len(group) < GROUP_MESSAGES and waiting[0][1] == shared:
                 message, _, reply = waiting.popleft()
                 group.append((message, reply))
-            task = asyncio.ensure_future(_answer(run, group))
+            task = asyncio.ensure_future(_answer(functools.partial(admission.run, run), group))
             running.add(task)
             task.add_done_callback(finished)
 
@@ -387,6 +389,51 @@ async def _stream(run: Callable[[list[Message]], Awaitable[list[Message]]], requ
                 left.exception()  # seen: an error after the one that ended the stream is not logged as lost
             elif isinstance(left, asyncio.Future):
                 left.cancel()
+
+
+class _StreamAdmission:
+    """A stream's calls against the engine's admission. A stream reads ahead (STREAM_IN_FLIGHT) and runs what it read
+    as it can, so its own calls can fill the engine's queue past --max-queue-seconds: a client pushing a corpus of
+    passages through EmbedStream was failed with RESOURCE_EXHAUSTED after 40 of 200 messages, by its own work. A call
+    refused as Overloaded while other calls of the stream are in the engine waits until one of them leaves it and
+    runs again, the longest-waiting first, one a departure: the stream is held back, and gRPC's flow control holds
+    its client back. Refused with none of its stream's in the engine, the refusal stands: the queue is other
+    clients' work, and the stream's error says when to retry, as HTTP's 503 does."""
+
+    def __init__(self) -> None:
+        self._in_engine = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def run(self, run: Callable[[list[Message]], Awaitable[list[Message]]],
+                  messages: list[Message]) -> list[Message]:
+        while True:
+            self._in_engine += 1
+            refused = False
+            try:
+                return await run(messages)
+            except Overloaded:
+                refused = True
+                if self._in_engine == 1:  # none of the stream's calls is in the engine but this one
+                    raise
+            finally:
+                self._in_engine -= 1
+                if not refused or not self._in_engine:  # a departure (or none left to wait for): the next one's turn
+                    self._wake_one()
+            turn = asyncio.get_running_loop().create_future()
+            self._waiting.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():  # woken, then cancelled: the turn goes to the next
+                    self._wake_one()
+                raise
+
+    def _wake_one(self) -> None:
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
 
 
 async def _answer(run: Callable[[list[Message]], Awaitable[list[Message]]],

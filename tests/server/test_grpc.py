@@ -18,7 +18,7 @@ from encoderrt import Engine, proto
 from encoderrt.proto.__main__ import compile_descriptors
 from encoderrt.server import ServerSettings, create_app
 from encoderrt.server.registry import ModelRegistry
-from server_helpers import free_port, retrieval_models, running_server
+from server_helpers import free_port, ready_registry, retrieval_models, running_server
 
 KEY = "grpc-secret"
 AUTH = (("authorization", f"Bearer {KEY}"),)
@@ -145,8 +145,6 @@ def _stream_through(key, fail_on=None, messages=20, backlogged=lambda: True):
     engine `backlogged` as the function says (by default always: the messages group)."""
     import asyncio
 
-    from encoderrt.server.tei_grpc import _stream
-
     calls = []
 
     async def run(group):
@@ -155,6 +153,15 @@ def _stream_through(key, fail_on=None, messages=20, backlogged=lambda: True):
         if fail_on in group:
             raise ValueError(f"message {fail_on} is bad")
         return [message * 10 for message in group]
+
+    return _replies(run, messages, key, backlogged, ValueError), calls
+
+
+def _replies(run, messages, key, backlogged, error_type):
+    """What `_stream` answers to messages 0..messages-1 through `run`, and the `error_type` error that ended it."""
+    import asyncio
+
+    from encoderrt.server.tei_grpc import _stream
 
     async def source():
         for message in range(messages):
@@ -165,11 +172,11 @@ def _stream_through(key, fail_on=None, messages=20, backlogged=lambda: True):
         try:
             async for reply in _stream(run, source(), key, backlogged):
                 replies.append(reply)
-        except ValueError as error:
+        except error_type as error:
             replies.append(error)
         return replies
 
-    return asyncio.run(asyncio.wait_for(main(), timeout=30)), calls  # a stream that hangs fails its test
+    return asyncio.run(asyncio.wait_for(main(), timeout=30))  # a stream that hangs fails its test
 
 
 def test_a_stream_groups_the_messages_that_arrive_while_its_engine_is_backlogged():
@@ -213,6 +220,64 @@ def test_a_stream_whose_backlog_cannot_be_read_runs_every_message_and_does_not_h
     assert len(calls_made) > 5  # it was asked, and raised, more than once, and the stream went on
     warnings = [record for record in caplog.records if "backlogged" in record.getMessage()]
     assert len(warnings) == 1 and warnings[0].exc_info[1].args == ("the engine went away",)
+
+
+def _stream_against_a_queue(capacity, messages=60, others_work=0, backlogged=lambda: False):
+    """`_stream` over an engine whose queue admits a call while it holds at most `capacity` messages, `others_work`
+    of them other clients' (which never drain); each admitted call takes a few loop turns. Returns the replies (an
+    error last, where the stream ended with one), the calls refused and the most messages queued at once."""
+    import asyncio
+
+    from encoderrt.runtime.errors import Overloaded
+
+    queued, refused, most = [others_work], [], [0]
+
+    async def run(group):
+        if queued[0] + len(group) > capacity and queued[0] > 0:  # as Admission: an empty queue admits anything
+            refused.append(list(group))
+            raise Overloaded(f"the engine's queue holds {queued[0]} messages")
+        queued[0] += len(group)
+        most[0] = max(most[0], queued[0])
+        await asyncio.sleep(0.001 * len(group))
+        queued[0] -= len(group)
+        return [message * 10 for message in group]
+
+    return _replies(run, messages, lambda message: 0, backlogged, Overloaded), refused, most[0]
+
+
+def test_a_stream_is_held_back_not_failed_by_the_queue_its_own_calls_filled():
+    """A client pushing a corpus through EmbedStream was failed with RESOURCE_EXHAUSTED by its own read-ahead."""
+    replies, refused, most = _stream_against_a_queue(capacity=8)  # a call a message, as they arrive
+    assert replies == [message * 10 for message in range(60)]
+    assert len(refused) >= 10 and most == 8  # refused calls ran again once the stream's own had left the queue
+    replies, refused, most = _stream_against_a_queue(capacity=8, messages=200, backlogged=lambda: True)
+    assert replies == [message * 10 for message in range(200)] and most <= 64  # groups, one call at a time
+
+
+def test_a_stream_refused_for_other_clients_work_gets_the_error_and_does_not_hang():
+    replies, refused, _ = _stream_against_a_queue(capacity=8, others_work=8)
+    assert isinstance(replies[-1], Exception) and "holds 8 messages" in str(replies[-1])
+    assert replies[:-1] == [message * 10 for message in range(len(replies) - 1)]
+    # with room beside the others' work, a refused group runs message by message, each held back, none failed
+    replies, refused, most = _stream_against_a_queue(capacity=8, others_work=5, backlogged=lambda: True)
+    assert replies == [message * 10 for message in range(60)] and refused and most <= 8
+
+
+def test_a_corpus_pushed_through_embed_stream_is_answered_whole_by_a_server_with_a_short_queue(minilm_fp32, tei):
+    """The server's own queue limit (--max-queue-seconds, here 0.2 s: a few passages' worth) holds the stream back;
+    the reference is the same engine's answer over HTTP."""
+    pb, stubs = tei
+    passages = [f"passage {i}: " + "rivers carry water and sediment downhill to the sea " * 20 for i in range(120)]
+    engine = Engine.load(minilm_fp32.path, max_batch_tokens=1024, max_queue_seconds=0.2)
+    settings = ServerSettings(grpc_port=free_port())
+    with running_server(create_app(settings, ready_registry(minilm=engine)), settings) as url:
+        with grpc.insecure_channel(f"127.0.0.1:{settings.grpc_port}") as channel:
+            messages = (pb.EmbedRequest(inputs=text, truncate=True, normalize=True) for text in passages)
+            replies = list(stubs.EmbedStub(channel).EmbedStream(messages, timeout=120))
+        expected = httpx.post(f"{url}/embed", json={"inputs": passages[:8], "truncate": True}, timeout=60).json()
+    assert len(replies) == len(passages)
+    np.testing.assert_allclose([list(r.embeddings) for r in replies[:8]], expected, atol=1e-5)
+    assert engine.stats.snapshot()["overloaded"] > 0  # the queue did refuse the stream's calls, which ran again
 
 
 def test_a_failed_group_runs_again_message_by_message():
