@@ -248,7 +248,11 @@ def write_shard(shard: FinishedShard, folder: OutputFolder, kind: Output, job: J
                          lambda path: _write_rejected(path, shard.rejected)))
     record = ShardRecord(shard.index, shard.start, shard.end, shard.rows, len(shard.good), len(shard.rejected),
                          shard.tokens, round(seconds, 3), tuple(name for name, _ in contents))
-    folder.write(record, contents)
+    try:
+        folder.write(record, contents)
+    except OSError as exc:  # a full disk, a folder gone: the job stops, named, with what it finished kept
+        raise JobFailed(f"shard {shard.index} could not be written to {folder.root}: {exc.strerror or exc} (the "
+                        "shards before it are written; rerun the same command to resume)") from None
     progress.shard(record)
 
 

@@ -83,7 +83,10 @@ class OutputFolder:
         elif root.exists() and (not root.is_dir() or any(root.iterdir())):
             raise ValueError(f"--output {root} exists and is not a job's output folder (no {JOB_FILE}): choose an "
                              "empty or new folder")
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a read-only or missing place, no permission: the job's error, named, before any row
+            raise ValueError(f"--output {root} cannot be made: {exc.strerror}") from None
         for stale in root.glob(".*.partial"):  # a killed run's half-written file
             stale.unlink()
         self._save()
@@ -104,9 +107,13 @@ class OutputFolder:
         A writer is called with the path to write."""
         for name, write in contents:
             partial = self.root / f".{name}.partial"
-            write(partial)
-            with open(partial, "rb") as file:
-                os.fsync(file.fileno())
+            try:
+                write(partial)
+                with open(partial, "rb") as file:
+                    os.fsync(file.fileno())
+            except BaseException:  # a full disk, say: no half-written file is left behind
+                partial.unlink(missing_ok=True)
+                raise
             os.replace(partial, self.root / name)
         self.shards[record.index] = record
         self._save()

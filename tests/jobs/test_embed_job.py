@@ -2,6 +2,7 @@
 intact, from every input format; bad rows reported; a job killed with SIGKILL and rerun equals the job run whole."""
 
 import csv
+import errno
 import gzip
 import json
 import os
@@ -169,6 +170,28 @@ def test_a_csv_field_longer_than_the_csv_modules_limit_is_a_row_and_a_record_it_
     assert not list((tmp_path / "stopped").glob("part-*"))
 
 
+def test_a_shard_that_cannot_be_written_stops_the_job_named_leaving_no_half_file_and_a_rerun_resumes(
+        engine, corpus, whole_run, tmp_path, monkeypatch):
+    from encoderrt.jobs import shards
+
+    real_fsync, synced = shards.os.fsync, []
+
+    def full_disk(descriptor):
+        synced.append(descriptor)
+        if len(synced) == 2:  # the second shard's file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(shards.os, "fsync", full_disk)
+    with pytest.raises(JobFailed, match=r"shard 1 could not be written to .*: No space left on device \(the shards "
+                                        r"before it are written; rerun the same command to resume\)"):
+        embed_corpus(corpus, tmp_path / "out", engine=engine, id_field="doc", shard_rows=SHARD_ROWS)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["job.json", "part-00000.parquet"]
+    monkeypatch.setattr(shards.os, "fsync", real_fsync)
+    embed_corpus(corpus, tmp_path / "out", engine=engine, id_field="doc", shard_rows=SHARD_ROWS)
+    assert read_output(tmp_path / "out")[0] == read_output(whole_run)[0]
+
+
 def embed_corpus_row(engine, text: str) -> np.ndarray:
     return engine.embed([text])[0]
 
@@ -221,6 +244,8 @@ def test_a_folder_of_another_job_or_of_other_files_is_refused(engine, corpus, wh
         embed_corpus(corpus, tmp_path / "x", engine=engine, kind=PairScores(), output_format="npy")
     with pytest.raises(ValueError, match="input not found"):
         embed_corpus(tmp_path / "missing.jsonl", tmp_path / "y", engine=engine)
+    with pytest.raises(ValueError, match=r"--output .*notes.txt/out cannot be made: Not a directory"):
+        embed_corpus(corpus, other / "notes.txt" / "out", engine=engine)  # a place no folder can be made
 
 
 def test_a_finished_job_rerun_computes_nothing(engine, corpus, whole_run):
