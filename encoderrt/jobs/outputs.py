@@ -20,6 +20,7 @@ from encoderrt.runtime.tasks import (
     Request,
     ScoreRequest,
     SparseEmbedRequest,
+    check_count,
 )
 from encoderrt.runtime.token_pooling import for_request
 
@@ -83,6 +84,10 @@ class SparseWeights(Output):
     side: Side = setting("document", "embed as encode_document (the document prompt; an inference-free model's "
                          "documents through the model) or as encode_query (its query prompt; its token weights)")
     prompt_name: str | None = setting(None, "one of the model's prompts", metavar="NAME", shown="the side's own")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("top_k", self.top_k)  # refused before any shard (before the model loads), as a request would be
 
     def request(self, values):
         return SparseEmbedRequest([v[0] for v in values], self.top_k, side=self.side, prompt_name=self.prompt_name)

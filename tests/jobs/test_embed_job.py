@@ -334,6 +334,7 @@ def test_the_command_names_bad_arguments_in_one_line(minilm_fp32, tmp_path, caps
         ("--sparse", "--no-normalize", "--top-k", "2"): "--normalize applies to dense embeddings",
         ("--pool-factor", "2"): "--pool-factor applies to token vectors (--multi-vector), not to dense embeddings",
         ("--multi-vector", "--pool-factor", "0.5"): "pool_factor must be a finite number of at least 1, got 0.5",
+        ("--sparse", "--top-k", "0"): "top_k must be a positive integer, got 0",
     }
     refused[("--ray-actors", "2", "--ray-cpus-per-actor", "2")] = ("--ray-actors and --ray-cpus-per-actor apply to a "
                                                                    "job on Ray (--ray or --ray-address)")
