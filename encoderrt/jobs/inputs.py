@@ -91,6 +91,7 @@ class Corpus:
     def __init__(self, files: list[Path], fields: Fields, input_format: InputFormat = "auto"):
         self.files, self.fields = tuple(files), fields
         self.formats = tuple(format_of(f, input_format) for f in files)
+        check_readable(files)  # before any is opened: a file without read permission is named as such
         for path, kind in zip(self.files, self.formats):
             if kind == "text" and (fields.id is not None or len(fields.values) > 1):
                 raise ValueError(f"{path} is read as text lines (one text a line): it has no fields for "

@@ -4,9 +4,9 @@ the work of a client that went away.
 Plain ASGI rather than BaseHTTPMiddleware: it streams untouched. A POST runs beside a watcher task
 that waits, once the body is read, for the client's `http.disconnect`; if that comes first the route is
 cancelled, which cancels its engine request, so its rows are dropped before they run (counted as the
-engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed; so is one
-that goes away before its body is in). A POST to
-a dialect's route goes straight to its handler (direct_routes.py); anything else, down FastAPI's stack.
+engine's cancelled items, and as status 499 in the HTTP metrics, as nginx logs a client that closed; so is a
+client gone before its body was in). A POST to a dialect's route goes straight to its handler
+(direct_routes.py); anything else, down FastAPI's stack.
 """
 
 from __future__ import annotations

@@ -248,6 +248,14 @@ def test_a_folder_of_another_job_or_of_other_files_is_refused(engine, corpus, wh
         embed_corpus(corpus, other / "notes.txt" / "out", engine=engine)  # a place no folder can be made
 
 
+def test_an_input_without_read_permission_is_named_before_it_is_opened(engine, corpus, tmp_path, monkeypatch):
+    real_access = os.access  # (the tests run as root, whom no permission stops: the check is what is tested)
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != corpus and real_access(path, mode))
+    with pytest.raises(ValueError, match=r"cannot read .*corpus.jsonl: permission denied"):
+        embed_corpus(corpus, tmp_path / "out", engine=engine)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_finished_job_rerun_computes_nothing(engine, corpus, whole_run):
     before = engine.stats.snapshot()["batches"]
     summary = embed_corpus(corpus, whole_run, engine=engine, id_field="doc", shard_rows=SHARD_ROWS)
