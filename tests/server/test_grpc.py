@@ -224,8 +224,9 @@ def test_a_stream_whose_backlog_cannot_be_read_runs_every_message_and_does_not_h
 
 def _stream_against_a_queue(capacity, messages=60, others_work=0, backlogged=lambda: False):
     """`_stream` over an engine whose queue admits a call while it holds at most `capacity` messages, `others_work`
-    of them other clients' (which never drain); each admitted call takes a few loop turns. Returns the replies (an
-    error last, where the stream ended with one), the calls refused and the most messages queued at once."""
+    of them other clients' (which never drain); each admitted call takes a millisecond a message. Returns the
+    replies (an error last, where the stream ended with one), the calls refused and the most messages queued at
+    once."""
     import asyncio
 
     from encoderrt.runtime.errors import Overloaded
